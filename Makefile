@@ -1,0 +1,38 @@
+# The two commands of the README: `make up` and `make test`. Both install what they need.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: up down test unit status bench lock
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	@touch $@
+
+## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then what to try
+up: $(STAMP)
+	$(PY) -m devstack up
+
+## down: stop what `make up` started; CLEAN=1 also deletes .stack/
+down:
+	@if [ -x $(PY) ]; then $(PY) -m devstack down $(if $(CLEAN),--clean); \
+	 else echo "nothing to stop: $(VENV) does not exist"; fi
+
+## test: the same set-up, then the whole suite against that real Kafka and PostgreSQL
+test: $(STAMP)
+	$(PY) -m devstack up
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## unit: the pure tests only, no services
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+status: $(STAMP)
+	$(PY) -m devstack status
+
+## lock: refresh constraints.txt from what is installed
+lock: $(STAMP)
+	$(PY) -m pip freeze --exclude-editable | grep -v '^-e' > constraints.txt

@@ -1,0 +1,74 @@
+"""``evidence`` — the command line of evidence-store.
+
+Exit codes follow one rule across subcommands: 0 success, 1 could not run (a service is
+unreachable, say), 2 usage error; subcommands that compare things add 3 for "found a
+difference".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from schemas.errors import EvidenceError
+
+EXIT_OK, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2
+
+# name -> (help, add_arguments, run); subcommand modules register here as they land.
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+
+
+def _dev_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="dev_command", required=True)
+    up = sub.add_parser("up", help="start Kafka, PostgreSQL, topics and services on 127.0.0.1")
+    up.add_argument("--no-services", action="store_true", help="only the infrastructure")
+    down = sub.add_parser("down", help="stop what `up` started")
+    down.add_argument("--clean", action="store_true", help="also delete .stack/")
+    sub.add_parser("status", help="what runs, where")
+
+
+def _dev_run(args: argparse.Namespace) -> int:
+    from devstack import down, status, up
+
+    if args.dev_command == "up":
+        up(with_services=not args.no_services)
+    elif args.dev_command == "down":
+        down(clean=args.clean)
+    else:
+        for name, state in status():
+            print(f"{name:<10} {state}")
+    return EXIT_OK
+
+
+def _commands() -> dict[str, Command]:
+    commands: dict[str, Command] = {
+        "dev": ("run the local stack (Kafka, PostgreSQL, services)", _dev_args, _dev_run),
+    }
+    return commands
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 already; keep its wording
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="evidence", description="evidence-store: the evidence layer for LLM calls")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = _commands()
+    for name, (help_text, add_args, _run) in commands.items():
+        add_args(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    try:
+        return commands[args.command][2](args)
+    except EvidenceError as e:
+        print(f"evidence {args.command}: {e}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Process helpers shared by the stack's parts: start detached, wait with a deadline, stop by
+recorded pid. Every wait names the log file to read when it gives up."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from devstack.config import StackError, pid_alive, read_pid
+
+
+def log(msg: str) -> None:
+    print(f"[devstack] {msg}", flush=True)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"({path} is missing)"
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def start_detached(cmd: list[str], log_file: Path, pid_file: Path,
+                   env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
+    """Start ``cmd`` in its own session, output appended to ``log_file``, pid recorded."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, cwd=cwd,
+        )
+    pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def wait_until(what: str, ready: Callable[[], bool], timeout: float, log_file: Path,
+               pid: int | None = None) -> None:
+    """Poll ``ready`` until it is true; fail early if ``pid`` dies, late after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if ready():
+                return
+        except Exception:  # noqa: BLE001 - readiness probes fail in many ways while starting
+            pass
+        if pid is not None and not pid_alive(pid):
+            raise StackError(
+                f"{what} exited during start-up; see {log_file}. Last lines:\n{tail(log_file)}")
+        if time.monotonic() > deadline:
+            raise StackError(
+                f"{what} did not become ready in {timeout:.0f} s; see {log_file}. "
+                f"Last lines:\n{tail(log_file)}")
+        time.sleep(0.25)
+
+
+def stop_pid_file(what: str, pid_file: Path, timeout: float = 30.0) -> bool:
+    """SIGTERM the recorded pid (its process group), SIGKILL after ``timeout``; True if it ran."""
+    pid = read_pid(pid_file)
+    if pid is None or not pid_alive(pid):
+        pid_file.unlink(missing_ok=True)
+        return False
+    log(f"stopping {what} (pid {pid})")
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if pid_alive(pid):
+        log(f"{what} (pid {pid}) did not stop in {timeout:.0f} s; killing it")
+        _signal_group(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.1)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # started with start_new_session: pid is the group leader
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def apt_install(packages: list[str], why: str) -> None:
+    """Install Debian packages when we may (root with apt-get); otherwise say what is missing."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise StackError(f"{why}: install {' '.join(packages)} and run again")
+    log(f"{why}: installing {' '.join(packages)} with apt-get")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-q"], check=False, env=env,
+                   stdout=subprocess.DEVNULL)
+    r = subprocess.run(["apt-get", "install", "-y", "-q", *packages], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise StackError(f"apt-get install {' '.join(packages)} failed:\n{r.stderr[-2000:]}")

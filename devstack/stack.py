@@ -1,0 +1,104 @@
+"""``up``, ``down`` and ``status`` for the whole local stack."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import time
+
+from devstack import kafka, postgres, services
+from devstack.config import StackConfig, pid_alive, read_pid
+from devstack.procs import log, port_open
+
+
+def read_env(cfg: StackConfig) -> dict[str, str]:
+    """The ``KEY=value`` lines of ``.stack/env``; empty if there is none."""
+    try:
+        lines = cfg.env_file.read_text().splitlines()
+    except OSError:
+        return {}
+    env = {}
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            env[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
+    return env
+
+
+def _write_env(cfg: StackConfig) -> dict[str, str]:
+    previous = read_env(cfg)
+    env = {
+        "EVIDENCE_KAFKA_BOOTSTRAP": cfg.bootstrap,
+        "EVIDENCE_DATABASE_URL": cfg.database_url,
+        "EVIDENCE_API_URL": cfg.api_url,
+        # Kept across `make up`s so a key handed out stays valid until `make down CLEAN=1`.
+        "EVIDENCE_API_KEY": previous.get("EVIDENCE_API_KEY") or "dev-" + secrets.token_hex(16),
+        "EVIDENCE_API_KEY_STREAMS": previous.get("EVIDENCE_API_KEY_STREAMS", "*"),
+        "EVIDENCE_TOPIC_PREFIX": "evidence",
+    }
+    cfg.stack.mkdir(parents=True, exist_ok=True)
+    text = "# written by `make up`; `source .stack/env` to use the stack from a shell\n"
+    text += "".join(f"export {k}={v}\n" for k, v in env.items())
+    cfg.env_file.write_text(text)
+    cfg.env_file.chmod(0o600)
+    return env
+
+
+def up(cfg: StackConfig | None = None, with_services: bool = True) -> dict[str, str]:
+    from topics import TopicSettings, ensure_topics
+
+    cfg = cfg or StackConfig.from_env()
+    t0 = time.monotonic()
+    kafka_state = kafka.start(cfg)
+    pg_state = postgres.start(cfg)
+    env = _write_env(cfg)
+    settings = TopicSettings.from_env(env)
+    created = ensure_topics(cfg.bootstrap, settings)
+    topics_state = f"created {', '.join(created)}" if created else "all present, configs checked"
+    rows = [
+        ("kafka", f"{kafka_state} at {cfg.bootstrap} (log {cfg.kafka_log})"),
+        ("postgres", f"{pg_state} at 127.0.0.1:{cfg.postgres_port}/{cfg.db_name} "
+                     f"(log {cfg.postgres_log})"),
+        ("topics", topics_state),
+    ]
+    if with_services:
+        rows += services.start_all(cfg, env)
+    elapsed = time.monotonic() - t0
+    print()
+    print(f"evidence-store stack is up ({elapsed:.1f} s):")
+    for name, state in rows:
+        print(f"  {name:<10} {state}")
+    print(f"  {'env':<10} {cfg.env_file}")
+    print()
+    print("Try next:")
+    print("  source .stack/env              # EVIDENCE_KAFKA_BOOTSTRAP, EVIDENCE_DATABASE_URL, ...")
+    print("  .venv/bin/evidence dev status  # what runs, where")
+    print("  make test                      # the whole suite against this stack")
+    print("  make down                      # stop it (CLEAN=1 also deletes .stack/)")
+    return env
+
+
+def down(cfg: StackConfig | None = None, clean: bool = False) -> None:
+    cfg = cfg or StackConfig.from_env()
+    services.stop_all(cfg)
+    kafka.stop(cfg)
+    postgres.stop(cfg)
+    if clean:
+        postgres.remove(cfg)
+        shutil.rmtree(cfg.stack, ignore_errors=True)
+        log(f"deleted {cfg.stack}")
+    log("stack is down")
+
+
+def status(cfg: StackConfig | None = None) -> list[tuple[str, str]]:
+    cfg = cfg or StackConfig.from_env()
+    kpid = read_pid(cfg.kafka_dir / "pid")
+    rows = [
+        ("kafka", f"running (pid {kpid}) at {cfg.bootstrap}" if kpid and pid_alive(kpid)
+         else "stopped"),
+        ("postgres", f"answering at 127.0.0.1:{cfg.postgres_port}"
+         if port_open(cfg.postgres_port) else "stopped"),
+    ]
+    rows += services.describe(cfg)
+    return rows

@@ -1,0 +1,81 @@
+"""The evidence-store record contract: schemas, codec, digests and record model.
+
+Pure code; the only I/O is reading ``avro/*.avsc`` once at import.
+
+Schemas (``avro/*.avsc``, namespace ``evidence.v1``), named in ``SCHEMA_NAMES``:
+    CaptureEvent     what services send to evidence.intake; the record ``body``
+    EvidenceRecord   ``body`` + the writer's ``seal``, on evidence.log
+    WriterHead       the writer's restart state per stream
+
+Codec (Avro single-object encoding, no registry needed):
+    encode, decode, body_bytes, split_record, fingerprint, parsing_canonical_form
+
+Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
+    content_key (0x00), response_digest (0x01), input_digest (0x02),
+    prompt_digest (0x03), output_digest (0x04), record_digest (0x05), GENESIS
+
+Record model:
+    new_event_id, now_micros, valid_event_id, valid_stream_id, STREAM_ID_RE,
+    SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal
+
+Errors:
+    EvidenceError (the project's root), EncodeError, DecodeError
+"""
+
+from .codec import (
+    SCHEMA_NAMES,
+    body_bytes,
+    decode,
+    encode,
+    fingerprint,
+    parsing_canonical_form,
+    split_record,
+)
+from .digests import (
+    GENESIS,
+    content_key,
+    input_digest,
+    output_digest,
+    prompt_digest,
+    record_digest,
+    response_digest,
+)
+from .errors import DecodeError, EncodeError, EvidenceError
+from .model import (
+    SCHEMA_VERSION,
+    STREAM_ID_RE,
+    SUPPORTED_SCHEMA_VERSIONS,
+    new_event_id,
+    now_micros,
+    seal,
+    valid_event_id,
+    valid_stream_id,
+)
+
+__all__ = [
+    "DecodeError",
+    "EncodeError",
+    "EvidenceError",
+    "GENESIS",
+    "SCHEMA_NAMES",
+    "SCHEMA_VERSION",
+    "STREAM_ID_RE",
+    "SUPPORTED_SCHEMA_VERSIONS",
+    "body_bytes",
+    "content_key",
+    "decode",
+    "encode",
+    "fingerprint",
+    "input_digest",
+    "new_event_id",
+    "now_micros",
+    "output_digest",
+    "parsing_canonical_form",
+    "prompt_digest",
+    "record_digest",
+    "response_digest",
+    "seal",
+    "split_record",
+    "valid_event_id",
+    "valid_stream_id",
+]

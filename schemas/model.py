@@ -1,0 +1,96 @@
+"""Record model helpers shared by the gateway and the writer: identities, times, sealing.
+
+Pure functions: no I/O, and the only clock read is ``now_micros``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import uuid6
+
+from .codec import body_bytes
+from .digests import DIGEST_SIZE, record_digest
+
+__all__ = [
+    "EVENT_ID_RE",
+    "SCHEMA_VERSION",
+    "STREAM_ID_RE",
+    "SUPPORTED_SCHEMA_VERSIONS",
+    "new_event_id",
+    "now_micros",
+    "seal",
+    "valid_event_id",
+    "valid_stream_id",
+]
+
+SCHEMA_VERSION = "1.0"
+"""The ``schema_version`` this package writes."""
+
+SUPPORTED_SCHEMA_VERSIONS = frozenset({"1.0"})
+"""Every ``schema_version`` this package can read and seal."""
+
+STREAM_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""A stream id: 1 to 128 of ASCII letters, digits, ``.``, ``_``, ``:`` and ``-``."""
+
+EVENT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+"""Canonical lowercase text of a UUIDv7 (RFC 9562): version 7, variant 10."""
+
+
+def new_event_id() -> str:
+    """Return a fresh UUIDv7 in canonical lowercase text (time-ordered, RFC 9562)."""
+    return str(uuid6.uuid7())
+
+
+def now_micros() -> int:
+    """Return the current UTC time in microseconds since the Unix epoch."""
+    return time.time_ns() // 1000
+
+
+def valid_stream_id(s: object) -> bool:
+    """Return True if ``s`` is a str matching ``STREAM_ID_RE`` in full."""
+    # fullmatch, not match: "$" would also accept a trailing newline.
+    return isinstance(s, str) and STREAM_ID_RE.fullmatch(s) is not None
+
+
+def valid_event_id(s: object) -> bool:
+    """Return True if ``s`` is a UUIDv7 in canonical lowercase text."""
+    return isinstance(s, str) and EVENT_ID_RE.fullmatch(s) is not None
+
+
+def seal(
+    body: dict[str, Any],
+    head_seq: int,
+    head_digest: bytes,
+    occurred_at_micros: int,
+    writer: dict[str, str],
+    intake_partition: int,
+    intake_offset: int,
+) -> dict[str, Any]:
+    """Return the EvidenceRecord dict that appends ``body`` after the stream head.
+
+    ``head_seq`` / ``head_digest`` describe the stream's last sealed record (0 and
+    ``GENESIS`` for an empty stream). The record gets ``seq = head_seq + 1``,
+    ``prev_digest = head_digest`` and a ``record_digest`` over ``body_bytes(body)``.
+    Raises ``EncodeError`` if ``body`` is not a valid CaptureEvent.
+    """
+    if not isinstance(head_seq, int) or isinstance(head_seq, bool) or head_seq < 0:
+        raise ValueError(f"head_seq must be a non-negative int, got {head_seq!r}")
+    if not isinstance(head_digest, (bytes, bytearray)) or len(head_digest) != DIGEST_SIZE:
+        raise ValueError(f"head_digest must be {DIGEST_SIZE} bytes")
+    seq = head_seq + 1
+    prev = bytes(head_digest)
+    return {
+        "body": body,
+        "seal": {
+            "seq": seq,
+            "occurred_at": occurred_at_micros,
+            "prev_digest": prev,
+            "record_digest": record_digest(prev, seq, occurred_at_micros, body_bytes(body)),
+            "writer": dict(writer),
+            "intake_partition": intake_partition,
+            "intake_offset": intake_offset,
+        },
+    }

@@ -1,0 +1,227 @@
+"""Published test vectors for implementers of the record contract in other languages.
+
+``python -m schemas.vectors`` rewrites ``schemas/vectors.json``; ``--check`` exits 1 if the
+file differs from what the code computes now. Everything is fixed (ids, times, bytes), so
+the output is byte-for-byte deterministic. In the JSON, bytes and fixed values are lowercase
+hex strings; which fields are bytes follows from the schemas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import codec, digests
+from .model import SCHEMA_VERSION, seal
+
+PATH = Path(__file__).with_name("vectors.json")
+
+_T0 = 1_645_557_742_000_000  # 2022-02-22T19:22:22Z, the time in RFC 9562's UUIDv7 example
+
+_BYTE_INPUTS = [
+    b"",
+    b"abc",
+    bytes(range(256)),
+    b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi"}]}',
+]
+_TEXT_INPUTS = ["", "Hi!", "h\u00e9llo w\u00f6rld \u2014 \u4f60\u597d \U0001f642", "line1\nline2\r\n\t\u0000"]
+
+_REQUEST_1 = (
+    b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi"}],'
+    b'"seed":42,"temperature":0}'
+)
+_RESPONSE_1 = (
+    b'{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini-2024-07-18",'
+    b'"system_fingerprint":"fp_0123456789","choices":[{"index":0,"message":'
+    b'{"role":"assistant","content":"Hi!"},"finish_reason":"stop"}]}'
+)
+_REQUEST_2 = b'{"model":"claude-3-5-haiku-latest","max_tokens":64,"messages":[{"role":"user","content":"Say hi"}]}'
+_ERROR_2 = b'{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited"}}'
+
+_WRITER = {"writer_id": "writer-0", "transactional_id": "evidence-writer-0", "version": "0.1.0"}
+
+
+def committed_event() -> dict[str, Any]:
+    """A COMMITTED capture that kept its request bytes (policy VALUE)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "event_id": "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+        "stream": "tenant-a:support.chat",
+        "captured_at": _T0 + 812_345,
+        "content_key": digests.content_key(_REQUEST_1),
+        "request_bytes": _REQUEST_1,
+        "input_digest": digests.input_digest(b"Say hi"),
+        "prompt_digest": digests.prompt_digest(b"Say hi"),
+        "retrieval": [
+            {"doc_id": "kb/greetings.md", "doc_version": "3", "chunk_digest": digests.prompt_digest(b"chunk")},
+        ],
+        "provider": {"name": "openai", "endpoint": "https://api.openai.com/v1/chat/completions", "api_version": None},
+        "model_id": "gpt-4o-mini",
+        "params": '{"seed":42,"temperature":0}',
+        "fingerprint": "fp_0123456789",
+        "response_model": "gpt-4o-mini-2024-07-18",
+        "http_status": 200,
+        "response_content_type": "application/json",
+        "response_bytes": _RESPONSE_1,
+        "response_digest": digests.response_digest(_RESPONSE_1),
+        "output_digest": digests.output_digest("Hi!"),
+        "error_bytes": None,
+        "outcome": "COMMITTED",
+        "replay": {"seed": 42, "temperature": 0.0, "top_p": None, "deterministic": True},
+        "capture": {
+            "library": "evidence-store-gateway/0.1.0",
+            "host": "app-1",
+            "request_policy": "VALUE",
+            "streamed": False,
+            "closed_early": False,
+            "started_at": _T0,
+            "duration_us": 812_345,
+        },
+    }
+
+
+def failed_event() -> dict[str, Any]:
+    """A FAILED capture under policy HASH_ONLY: no request bytes, a verbatim error body."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "event_id": "017f22e2-79b1-7000-8000-000000000002",
+        "stream": "tenant-a:support.chat",
+        "captured_at": _T0 + 1_250_000,
+        "content_key": digests.content_key(_REQUEST_2),
+        "request_bytes": None,
+        "input_digest": None,
+        "prompt_digest": None,
+        "retrieval": [],
+        "provider": {
+            "name": "anthropic",
+            "endpoint": "https://api.anthropic.com/v1/messages",
+            "api_version": "2023-06-01",
+        },
+        "model_id": "claude-3-5-haiku-latest",
+        "params": '{"max_tokens":64}',
+        "fingerprint": None,
+        "response_model": None,
+        "http_status": 429,
+        "response_content_type": "application/json",
+        "response_bytes": None,
+        "response_digest": None,
+        "output_digest": None,
+        "error_bytes": _ERROR_2,
+        "outcome": "FAILED",
+        "replay": {"seed": None, "temperature": 0.7, "top_p": 0.9, "deterministic": False},
+        "capture": {
+            "library": "evidence-store-gateway/0.1.0",
+            "host": None,
+            "request_policy": "HASH_ONLY",
+            "streamed": True,
+            "closed_early": False,
+            "started_at": _T0 + 1_000_000,
+            "duration_us": 250_000,
+        },
+    }
+
+
+def sealed_records() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Seq 1 (committed_event, chained from GENESIS) and seq 2 (failed_event, chained from 1)."""
+    first = seal(committed_event(), 0, digests.GENESIS, _T0 + 900_000, _WRITER, 0, 0)
+    second = seal(failed_event(), 1, first["seal"]["record_digest"], _T0 + 1_300_000, _WRITER, 0, 1)
+    return first, second
+
+
+def to_jsonable(value: Any) -> Any:
+    """Return ``value`` with every bytes value replaced by its lowercase hex."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def _digest_vectors() -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for fn in (digests.content_key, digests.response_digest, digests.input_digest, digests.prompt_digest):
+        out[fn.__name__] = [{"input_hex": b.hex(), "digest_hex": fn(b).hex()} for b in _BYTE_INPUTS]
+    out["output_digest"] = [
+        {"input_text": t, "input_hex": t.encode("utf-8").hex(), "digest_hex": digests.output_digest(t).hex()}
+        for t in _TEXT_INPUTS
+    ]
+    body = codec.body_bytes(committed_event())
+    cases = [(digests.GENESIS, 1, 0, b""), (digests.GENESIS, 1, _T0, body), (bytes(range(32)), 2**63, 2**64 - 1, b"x")]
+    out["record_digest"] = [
+        {
+            "prev_hex": prev.hex(),
+            "seq": seq,
+            "occurred_at_micros": at,
+            "body_hex": b.hex(),
+            "digest_hex": digests.record_digest(prev, seq, at, b).hex(),
+        }
+        for prev, seq, at, b in cases
+    ]
+    return out
+
+
+def _record_vector(name: str, schema_name: str, record: dict[str, Any]) -> dict[str, Any]:
+    vector: dict[str, Any] = {"name": name, "schema": schema_name, "record": to_jsonable(record)}
+    if schema_name == "EvidenceRecord":
+        vector["body_hex"] = codec.body_bytes(record["body"]).hex()
+        vector["record_digest_hex"] = record["seal"]["record_digest"].hex()
+    else:
+        vector["body_hex"] = codec.body_bytes(record).hex()
+    vector["encoded_hex"] = codec.encode(schema_name, record).hex()
+    return vector
+
+
+def build() -> dict[str, Any]:
+    """Return the vectors document as a JSON-ready dict."""
+    first, second = sealed_records()
+    return {
+        "description": (
+            "evidence-store record contract test vectors. Digests are sha256(prefix || input); "
+            "encodings are Avro single-object (c3 01, 8-byte little-endian CRC-64-AVRO "
+            "fingerprint, Avro binary). Bytes and fixed values are lowercase hex."
+        ),
+        "digests": _digest_vectors(),
+        "schemas": {
+            name: {
+                "parsing_canonical_form": codec.parsing_canonical_form(name),
+                "fingerprint_hex": codec.fingerprint(name).hex(),
+            }
+            for name in codec.SCHEMA_NAMES
+        },
+        "records": [
+            _record_vector("capture_committed_value", "CaptureEvent", committed_event()),
+            _record_vector("capture_failed_hash_only", "CaptureEvent", failed_event()),
+            _record_vector("evidence_seq1_from_genesis", "EvidenceRecord", first),
+            _record_vector("evidence_seq2_chained", "EvidenceRecord", second),
+        ],
+    }
+
+
+def render() -> str:
+    """Return the exact text of ``vectors.json``."""
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write ``vectors.json``, or with ``--check`` report whether it is up to date."""
+    parser = argparse.ArgumentParser(prog="python -m schemas.vectors", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if vectors.json is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = PATH.read_text("utf-8") if PATH.exists() else ""
+        if current != text:
+            print(f"{PATH} is stale; run python -m schemas.vectors", file=sys.stderr)
+            return 1
+        return 0
+    PATH.write_text(text, "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+# Fixtures that reach real Kafka and PostgreSQL live in tests/fixtures and are shared as
+# plugins; unit tests use none of them and run without services.
+pytest_plugins = [
+    "tests.fixtures.stack",
+    "tests.fixtures.kafka",
+    "tests.fixtures.postgres",
+]

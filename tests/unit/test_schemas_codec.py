@@ -1,0 +1,230 @@
+import random
+
+import pytest
+
+from schemas import (
+    GENESIS,
+    DecodeError,
+    EncodeError,
+    EvidenceError,
+    body_bytes,
+    decode,
+    encode,
+    fingerprint,
+    record_digest,
+    seal,
+    split_record,
+)
+from schemas.vectors import committed_event, failed_event, sealed_records
+
+WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
+
+HEAD = {
+    "stream": "s",
+    "seq": 7,
+    "record_digest": bytes(range(32)),
+    "occurred_at": 1_645_557_742_000_000,
+    "event_id": "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+    "log_partition": 3,
+    "log_offset": None,
+}
+
+# Exact bytes, pinned: any change to the schemas or the codec shows up here.
+GOLDEN_WRITER_HEAD = (
+    "c3015cd190768a8d12ba02730e000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "80dedaca88a8ec054830313766323265322d373962302d376363332d393863342d6463306330633037333938660600"
+)
+GOLDEN_FAILED_BODY = (
+    "06312e304830313766323265322d373962312d373030302d383030302d3030303030303030303030322a74656e"
+    "616e742d613a737570706f72742e63686174a0a9f3cb88a8ec05d5c31a4eeeb5dad4295b95021f441fb23dde46"
+    "158e14c7918e08541a38fa96490000000012616e7468726f7069634a68747470733a2f2f6170692e616e746872"
+    "6f7069632e636f6d2f76312f6d657373616765730214323032332d30362d3031022e636c617564652d332d352d"
+    "6861696b752d6c617465737402227b226d61785f746f6b656e73223a36347d000002da0602206170706c696361"
+    "74696f6e2f6a736f6e000000029a017b2274797065223a226572726f72222c226572726f72223a7b2274797065"
+    "223a22726174655f6c696d69745f6572726f72222c226d657373616765223a2252617465206c696d6974656422"
+    "7d7d020002666666666666e63f02cdccccccccccec3f003865766964656e63652d73746f72652d676174657761"
+    "792f302e312e300002010080e7d4cb88a8ec0502a0c21e"
+)
+GOLDEN_FAILED_CAPTURE = "c3016e9b9f33df6086e6" + GOLDEN_FAILED_BODY
+GOLDEN_SEQ2_RECORD = (
+    "c30190d30cf5699b4afc"
+    + GOLDEN_FAILED_BODY
+    + "04c0b6f9cb88a8ec05234073b8abd68d6a01d731bca1f0fa1282aca8075c358b629ee53f74a5786ebded898af3"
+    "a01a079eac94ecf2c8ee265ae5773a5636d1fbb83b144ecd3607b6cf107772697465722d302265766964656e63"
+    "652d7772697465722d300a302e312e300002"
+)
+
+
+def test_golden_writer_head():
+    assert encode("WriterHead", HEAD).hex() == GOLDEN_WRITER_HEAD
+    assert decode(bytes.fromhex(GOLDEN_WRITER_HEAD)) == ("WriterHead", HEAD)
+
+
+def test_golden_failed_capture():
+    assert encode("CaptureEvent", failed_event()).hex() == GOLDEN_FAILED_CAPTURE
+    assert body_bytes(failed_event()).hex() == GOLDEN_FAILED_BODY
+
+
+def test_golden_sealed_record():
+    _, second = sealed_records()
+    assert encode("EvidenceRecord", second).hex() == GOLDEN_SEQ2_RECORD
+
+
+def test_header_is_marker_and_fingerprint():
+    data = encode("CaptureEvent", committed_event())
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == fingerprint("CaptureEvent")
+    assert data[10:] == body_bytes(committed_event())
+
+
+@pytest.mark.parametrize(
+    "name,record",
+    [
+        ("CaptureEvent", committed_event()),
+        ("CaptureEvent", failed_event()),
+        ("EvidenceRecord", sealed_records()[0]),
+        ("EvidenceRecord", sealed_records()[1]),
+        ("WriterHead", HEAD),
+        ("WriterHead", {**HEAD, "log_offset": 2**63 - 1}),
+    ],
+)
+def test_round_trip_is_exact(name, record):
+    data = encode(name, record)
+    assert decode(data) == (name, record)
+    assert decode(bytearray(data)) == decode(memoryview(data)) == (name, record)
+
+
+def test_round_trip_keeps_extreme_values():
+    event = committed_event()
+    event["captured_at"] = -(2**63)
+    event["capture"]["started_at"] = 2**63 - 1
+    event["replay"]["temperature"] = 1e-310  # subnormal double survives unchanged
+    event["response_bytes"] = bytes(range(256)) * 64
+    event["retrieval"] = [{"doc_id": "\u00e9", "doc_version": None, "chunk_digest": bytes(32)}] * 3
+    assert decode(encode("CaptureEvent", event)) == ("CaptureEvent", event)
+
+
+def _framed(name, body):
+    return b"\xc3\x01" + fingerprint(name) + body
+
+
+GOOD = encode("CaptureEvent", committed_event())
+
+
+@pytest.mark.parametrize(
+    "data,reason",
+    [
+        (b"", "too short"),
+        (b"\xc3\x01", "too short"),
+        (b"\xc3\x02" + GOOD[2:], "marker"),
+        (b"\x00\x01" + GOOD[2:], "marker"),
+        (b"\xc3\x01" + b"\x00" * 8 + GOOD[10:], "unknown schema fingerprint"),
+        (GOOD[:10], "malformed"),
+        (GOOD[:-1], "malformed"),
+        (GOOD[: len(GOOD) // 2], "malformed"),
+        (GOOD + b"\x00", "trailing"),
+        (GOOD + b"garbage", "trailing"),
+        (_framed("WriterHead", b"\x02s\x0e" + b"\x00" * 31), "malformed"),
+        (_framed("CaptureEvent", b"\xff" * 40), "malformed"),
+    ],
+)
+def test_decode_rejects(data, reason):
+    with pytest.raises(DecodeError, match=reason):
+        decode(data)
+
+
+def test_decode_rejects_random_bytes():
+    rng = random.Random(1234)
+    for n in range(500):
+        data = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 200)))
+        if n % 2:  # half with a valid header, so the body parser sees the garbage
+            data = _framed(rng.choice(["CaptureEvent", "EvidenceRecord"]), data)
+        try:
+            decode(data)
+        except DecodeError:
+            continue
+        raise AssertionError(f"decoded random bytes {data.hex()}")
+
+
+def test_decode_rejects_non_bytes():
+    with pytest.raises(TypeError):
+        decode(GOOD.hex())
+
+
+def test_errors_share_the_root():
+    assert issubclass(DecodeError, EvidenceError) and issubclass(EncodeError, EvidenceError)
+
+
+@pytest.mark.parametrize("field", ["event_id", "content_key", "outcome", "capture", "request_bytes"])
+def test_encode_rejects_missing_field(field):
+    event = committed_event()
+    del event[field]
+    with pytest.raises(EncodeError) as info:
+        encode("CaptureEvent", event)
+    assert info.value.__cause__ is not None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"content_key": b"\x00" * 31},
+        {"content_key": "00" * 32},
+        {"http_status": 2**31},
+        {"http_status": True},
+        {"outcome": "MAYBE"},
+        {"request_bytes": "text"},
+        {"unexpected": 1},
+    ],
+)
+def test_encode_rejects_mismatched_record(change):
+    with pytest.raises(EncodeError):
+        encode("CaptureEvent", {**committed_event(), **change})
+
+
+def test_encode_rejects_nested_mismatch_and_non_dict():
+    event = committed_event()
+    event["replay"] = {**event["replay"], "deterministic": None}
+    with pytest.raises(EncodeError):
+        body_bytes(event)
+    with pytest.raises(EncodeError):
+        encode("WriterHead", [HEAD])
+
+
+def test_unknown_schema_name():
+    with pytest.raises(ValueError, match="unknown schema"):
+        encode("Nope", {})
+    with pytest.raises(ValueError):
+        fingerprint("evidence.v1.CaptureEvent")
+
+
+@pytest.mark.parametrize("record", sealed_records())
+def test_split_record_returns_stored_body_bytes(record):
+    data = encode("EvidenceRecord", record)
+    stored, decoded = split_record(data)
+    assert decoded == record
+    assert stored == body_bytes(record["body"])
+    assert data[10:].startswith(stored)
+    s = decoded["seal"]
+    assert record_digest(s["prev_digest"], s["seq"], s["occurred_at"], stored) == s["record_digest"]
+
+
+def test_chain_links_seq1_to_seq2():
+    first, second = sealed_records()
+    assert first["seal"]["seq"] == 1 and first["seal"]["prev_digest"] == GENESIS
+    assert second["seal"]["seq"] == 2 and second["seal"]["prev_digest"] == first["seal"]["record_digest"]
+
+
+def test_split_record_rejects_other_schemas_and_bad_bytes():
+    with pytest.raises(DecodeError, match="EvidenceRecord"):
+        split_record(GOOD)
+    with pytest.raises(DecodeError):
+        split_record(encode("EvidenceRecord", sealed_records()[0]) + b"\x00")
+
+
+def test_tampered_body_breaks_the_recomputed_digest():
+    data = bytearray(encode("EvidenceRecord", seal(failed_event(), 0, GENESIS, 5, WRITER, 0, 0)))
+    i = data.index(b"rate_limit_error")
+    data[i] ^= 0x20  # 'r' -> 'R': still a valid record, different body bytes
+    stored, record = split_record(bytes(data))
+    s = record["seal"]
+    assert record_digest(s["prev_digest"], s["seq"], s["occurred_at"], stored) != s["record_digest"]

@@ -1,0 +1,87 @@
+import time
+import uuid
+
+import pytest
+
+import schemas
+from schemas import (
+    GENESIS,
+    SCHEMA_VERSION,
+    STREAM_ID_RE,
+    SUPPORTED_SCHEMA_VERSIONS,
+    EncodeError,
+    body_bytes,
+    new_event_id,
+    now_micros,
+    record_digest,
+    seal,
+    valid_event_id,
+    valid_stream_id,
+)
+from schemas.vectors import committed_event
+
+WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
+
+
+def test_all_is_sorted_and_resolves():
+    assert schemas.__all__ == sorted(schemas.__all__)
+    for name in schemas.__all__:
+        assert getattr(schemas, name) is not None
+
+
+def test_new_event_id_is_canonical_uuid7():
+    a, b = new_event_id(), new_event_id()
+    assert a != b
+    for s in (a, b):
+        assert s == s.lower() and str(uuid.UUID(s)) == s and uuid.UUID(s).version == 7
+        assert valid_event_id(s)
+
+
+def test_valid_event_id_rejects_non_canonical():
+    good = "017f22e2-79b0-7cc3-98c4-dc0c0c07398f"
+    assert valid_event_id(good)
+    for bad in [good.upper(), "{" + good + "}", good.replace("-", ""), str(uuid.uuid4()), good + "\n", None]:
+        assert not valid_event_id(bad)
+
+
+def test_now_micros_is_epoch_micros():
+    before = time.time_ns() // 1000
+    assert before <= now_micros() <= time.time_ns() // 1000
+
+
+@pytest.mark.parametrize("s", ["a", "tenant-a:support.chat", "A_b.c:d-e", "x" * 128, "0"])
+def test_valid_stream_ids(s):
+    assert valid_stream_id(s) and STREAM_ID_RE.fullmatch(s)
+
+
+@pytest.mark.parametrize("s", ["", "x" * 129, "a b", "a/b", "a\n", "\u00e9", None, b"abc"])
+def test_invalid_stream_ids(s):
+    assert not valid_stream_id(s)
+
+
+def test_schema_versions():
+    assert SCHEMA_VERSION == "1.0" and SCHEMA_VERSION in SUPPORTED_SCHEMA_VERSIONS
+
+
+def test_seal_from_genesis_and_onwards():
+    body = committed_event()
+    first = seal(body, 0, GENESIS, 100, WRITER, 2, 40)
+    s = first["seal"]
+    assert first["body"] is body
+    assert (s["seq"], s["prev_digest"], s["occurred_at"]) == (1, GENESIS, 100)
+    assert (s["intake_partition"], s["intake_offset"], s["writer"]) == (2, 40, WRITER)
+    assert s["record_digest"] == record_digest(GENESIS, 1, 100, body_bytes(body))
+
+    second = seal(body, 1, s["record_digest"], 101, WRITER, 2, 41)
+    assert second["seal"]["seq"] == 2 and second["seal"]["prev_digest"] == s["record_digest"]
+    assert second["seal"]["record_digest"] != s["record_digest"]
+
+
+def test_seal_rejects_invalid_body_and_head():
+    body = committed_event()
+    with pytest.raises(EncodeError):
+        seal({**body, "outcome": "NOPE"}, 0, GENESIS, 1, WRITER, 0, 0)
+    with pytest.raises(ValueError):
+        seal(body, -1, GENESIS, 1, WRITER, 0, 0)
+    with pytest.raises(ValueError):
+        seal(body, 0, b"\x00" * 31, 1, WRITER, 0, 0)

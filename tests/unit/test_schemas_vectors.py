@@ -1,0 +1,84 @@
+import hashlib
+import json
+import struct
+
+import pytest
+
+from schemas import decode, fingerprint, parsing_canonical_form, split_record
+from schemas.vectors import PATH, build, main, render, to_jsonable
+
+VECTORS = json.loads(PATH.read_text("utf-8"))
+PREFIXES = {"content_key": 0, "response_digest": 1, "input_digest": 2, "prompt_digest": 3}
+
+
+def test_file_is_what_the_code_computes_now():
+    assert VECTORS == build()
+    assert PATH.read_text("utf-8") == render()
+    assert main(["--check"]) == 0
+
+
+def test_generation_is_deterministic():
+    assert render() == render()
+
+
+@pytest.mark.parametrize("name", sorted(PREFIXES))
+def test_byte_digest_vectors_match_hashlib(name):
+    cases = VECTORS["digests"][name]
+    assert any(c["input_hex"] == "" for c in cases)
+    for case in cases:
+        want = hashlib.sha256(bytes([PREFIXES[name]]) + bytes.fromhex(case["input_hex"])).hexdigest()
+        assert case["digest_hex"] == want
+
+
+def test_output_digest_vectors_match_hashlib():
+    cases = VECTORS["digests"]["output_digest"]
+    assert any(c["input_text"] == "" for c in cases)
+    assert any(not c["input_text"].isascii() for c in cases)
+    for case in cases:
+        assert case["input_hex"] == case["input_text"].encode("utf-8").hex()
+        want = hashlib.sha256(b"\x04" + case["input_text"].encode("utf-8")).hexdigest()
+        assert case["digest_hex"] == want
+
+
+def test_record_digest_vectors_match_hashlib():
+    for case in VECTORS["digests"]["record_digest"]:
+        data = (
+            b"\x05"
+            + bytes.fromhex(case["prev_hex"])
+            + struct.pack(">QQ", case["seq"], case["occurred_at_micros"])
+            + bytes.fromhex(case["body_hex"])
+        )
+        assert case["digest_hex"] == hashlib.sha256(data).hexdigest()
+
+
+def test_schema_vectors():
+    for name, entry in VECTORS["schemas"].items():
+        assert entry["parsing_canonical_form"] == parsing_canonical_form(name)
+        assert entry["fingerprint_hex"] == fingerprint(name).hex()
+
+
+def test_record_vectors_decode_to_their_json():
+    names = [r["name"] for r in VECTORS["records"]]
+    assert names == [
+        "capture_committed_value",
+        "capture_failed_hash_only",
+        "evidence_seq1_from_genesis",
+        "evidence_seq2_chained",
+    ]
+    for vector in VECTORS["records"]:
+        encoded = bytes.fromhex(vector["encoded_hex"])
+        schema_name, record = decode(encoded)
+        assert schema_name == vector["schema"]
+        assert to_jsonable(record) == vector["record"]
+        assert encoded[10:].startswith(bytes.fromhex(vector["body_hex"]))
+
+
+def test_evidence_vectors_chain():
+    first, second = (v for v in VECTORS["records"] if v["schema"] == "EvidenceRecord")
+    assert first["record"]["seal"]["prev_digest"] == "00" * 32
+    assert second["record"]["seal"]["prev_digest"] == first["record_digest_hex"]
+    for vector in (first, second):
+        stored, record = split_record(bytes.fromhex(vector["encoded_hex"]))
+        s = record["seal"]
+        data = b"\x05" + s["prev_digest"] + struct.pack(">QQ", s["seq"], s["occurred_at"]) + stored
+        assert hashlib.sha256(data).hexdigest() == vector["record_digest_hex"] == s["record_digest"].hex()

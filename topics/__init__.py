@@ -1,0 +1,32 @@
+"""The Kafka topics of evidence-store: their names, their configs, and how they are made.
+
+- :class:`TopicNames` — the four topic names under one prefix (``evidence`` by default).
+- :class:`TopicSettings` and :func:`topic_specs` — what each topic must look like (pure).
+- :func:`config_problems` — how an existing topic differs from its spec (pure).
+- :func:`ensure_topics` / :func:`check_topics` — create or verify them with the AdminClient
+  (``topics.admin``, the only module here that imports confluent-kafka).
+- :class:`TopicConfigError` — an existing topic has the wrong partitions or configs.
+"""
+
+from topics.admin import check_topics, ensure_topics
+from topics.spec import (
+    MIB,
+    TopicConfigError,
+    TopicNames,
+    TopicSettings,
+    TopicSpec,
+    config_problems,
+    topic_specs,
+)
+
+__all__ = [
+    "MIB",
+    "TopicConfigError",
+    "TopicNames",
+    "TopicSettings",
+    "TopicSpec",
+    "check_topics",
+    "config_problems",
+    "ensure_topics",
+    "topic_specs",
+]

@@ -1,0 +1,89 @@
+"""Create and verify the topics with confluent-kafka's AdminClient.
+
+Creation is idempotent: a topic that exists is left alone and checked instead. A topic that
+exists with the wrong configs is never altered silently: for the record topic a wrong
+``cleanup.policy`` or retention would be a loss of evidence someone chose, so it is reported
+loudly and start-up stops.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from topics.spec import TopicConfigError, TopicSettings, TopicSpec, config_problems, topic_specs
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def ensure_topics(bootstrap: str, settings: TopicSettings, timeout: float = 30.0) -> list[str]:
+    """Create missing topics, then check all of them; returns the names that were created."""
+    admin = _admin(bootstrap)
+    specs = topic_specs(settings)
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    missing = [s for s in specs if s.name not in existing]
+    created = []
+    if missing:
+        futures = admin.create_topics(
+            [
+                NewTopic(s.name, num_partitions=s.partitions,
+                         replication_factor=s.replication_factor, config=dict(s.configs))
+                for s in missing
+            ],
+            request_timeout=timeout,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                created.append(name)
+            except KafkaException as e:
+                # Another process created it between list and create: that is fine, the
+                # check below decides whether it is right.
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    _await_metadata(admin, specs, timeout)
+    _check(admin, specs, timeout)
+    return created
+
+
+def _await_metadata(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
+    # CreateTopics returns when the controller has the topics; the broker's metadata cache
+    # catches up a moment later. Checking before then would report them missing.
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=timeout).topics
+        if all(s.name in md and len(md[s.name].partitions) > 0 and md[s.name].error is None
+               for s in specs):
+            return
+        if time.monotonic() > deadline:
+            return  # _check names what is missing
+        time.sleep(0.1)
+
+
+def check_topics(bootstrap: str, settings: TopicSettings, timeout: float = 30.0) -> None:
+    """Raise :class:`TopicConfigError` unless every topic exists with its spec's configs."""
+    _check(_admin(bootstrap), topic_specs(settings), timeout)
+
+
+def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
+    metadata = admin.list_topics(timeout=timeout).topics
+    problems: list[str] = []
+    present = [s for s in specs if s.name in metadata]
+    problems += [f"{s.name}: topic does not exist" for s in specs if s.name not in metadata]
+    if present:
+        resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in present]
+        results = admin.describe_configs(resources, request_timeout=timeout)
+        by_name = {r.name: fut.result() for r, fut in results.items()}
+        for s in present:
+            actual = {k: v.value for k, v in by_name[s.name].items()}
+            problems += config_problems(s, len(metadata[s.name].partitions), actual)
+    if problems:
+        raise TopicConfigError(
+            "Kafka topics do not have the configuration evidence-store requires:\n  "
+            + "\n  ".join(problems)
+            + "\nFix them with kafka-configs, or use another EVIDENCE_TOPIC_PREFIX."
+        )
