@@ -41,10 +41,37 @@ def _dev_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# Subcommands that live beside their component: each module offers HELP,
+# add_arguments(parser) and run(args) -> int. A component that has not landed yet is absent.
+SUBCOMMAND_MODULES = {
+    "topics": "topics.cli",
+    "writer": "writer.cli",
+    "projector": "projections.cli",
+    "projections": "projections.cli_rebuild",
+    "api": "api.cli",
+    "replay": "cli.replay",
+    "audit": "audit.cli",
+    "export": "audit.export_cli",
+    "harness": "audit.harness_cli",
+    "fidelity": "fidelity.cli",
+}
+
+
 def _commands() -> dict[str, Command]:
+    import importlib
+    import importlib.util
+
     commands: dict[str, Command] = {
         "dev": ("run the local stack (Kafka, PostgreSQL, services)", _dev_args, _dev_run),
     }
+    for name, module_name in SUBCOMMAND_MODULES.items():
+        try:
+            if importlib.util.find_spec(module_name) is None:
+                continue
+        except ModuleNotFoundError:
+            continue
+        mod = importlib.import_module(module_name)
+        commands[name] = (mod.HELP, mod.add_arguments, mod.run)
     return commands
 
 

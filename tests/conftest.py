@@ -4,4 +4,6 @@ pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
+    "tests.fixtures.provider",
+    "tests.fixtures.writer",
 ]
