@@ -1,0 +1,86 @@
+"""Generations and the stable views over them (PostgreSQL DDL).
+
+Layout in the database:
+- ``evidence_meta.generations`` — one row per generation schema (``evidence_g<N>``), its state
+  (building | live | retired) and when it was made.
+- ``evidence_meta.live`` — a single row naming the live generation. Writers of the live
+  generation (the projector) take it ``FOR SHARE`` per batch; a swap takes it ``FOR UPDATE``,
+  so a swap waits for the batch in flight and the next batch sees the new generation.
+- schema ``evidence`` (the *views schema*) — views ``records``, ``heads``, ``findings``,
+  ``positions`` over the live generation. Readers only query these. Re-pointing them is one
+  transaction, so a reader sees the old generation or the new one, never a mix; dropping the
+  old generation afterwards waits for queries still reading it (they hold its tables' locks).
+
+Tests use their own meta and views schemas (``meta=``, ``views=``) so they never touch the
+stack's.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+TABLES = ("records", "heads", "findings", "positions")
+
+
+def generation_sql(gen: str) -> str:
+    text = resources.files("projections").joinpath("schema.sql").read_text()
+    return text.replace("{gen}", f'"{gen}"')
+
+
+def ensure_meta(conn, meta: str = "evidence_meta") -> None:
+    conn.execute(f'create schema if not exists "{meta}"')
+    conn.execute(f'''create table if not exists "{meta}".generations (
+        name        text primary key,
+        state       text not null check (state in ('building', 'live', 'retired')),
+        created_at  timestamptz not null default now(),
+        swapped_at  timestamptz)''')
+    conn.execute(f'''create table if not exists "{meta}".live (
+        singleton   boolean primary key default true check (singleton),
+        generation  text not null references "{meta}".generations(name))''')
+
+
+def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence_g") -> str:
+    """Create the next generation schema with empty tables; returns its name."""
+    ensure_meta(conn, meta)
+    n = conn.execute(
+        f"""select coalesce(max(substring(name from '([0-9]+)$')::int), 0) + 1
+            from "{meta}".generations""").fetchone()[0]
+    gen = f"{prefix}{n}"
+    conn.execute(f'create schema "{gen}"')
+    conn.execute(generation_sql(gen))
+    conn.execute(f'insert into "{meta}".generations (name, state) values (%s, %s)',
+                 (gen, "building"))
+    return gen
+
+
+def point_views(conn, gen: str, views: str = "evidence") -> None:
+    """(Re)create the stable views over ``gen``; call inside the swap's transaction."""
+    conn.execute(f'create schema if not exists "{views}"')
+    for table in TABLES:
+        conn.execute(f'drop view if exists "{views}".{table}')
+        conn.execute(f'create view "{views}".{table} as select * from "{gen}".{table}')
+
+
+def make_live(conn, gen: str, meta: str = "evidence_meta", views: str = "evidence") -> str | None:
+    """Swap ``gen`` in as the live generation; returns the previous one (to drop later).
+
+    Must run in a transaction: the live row is locked, the views re-pointed and the states
+    updated together.
+    """
+    row = conn.execute(f'select generation from "{meta}".live for update').fetchone()
+    previous = row[0] if row else None
+    point_views(conn, gen, views)
+    if previous is None:
+        conn.execute(f'insert into "{meta}".live (generation) values (%s)', (gen,))
+    else:
+        conn.execute(f'update "{meta}".live set generation = %s', (gen,))
+        conn.execute(f"""update "{meta}".generations set state = 'retired'
+                         where name = %s""", (previous,))
+    conn.execute(f"""update "{meta}".generations set state = 'live', swapped_at = now()
+                     where name = %s""", (gen,))
+    return previous
+
+
+def drop_generation(conn, gen: str, meta: str = "evidence_meta") -> None:
+    conn.execute(f'drop schema if exists "{gen}" cascade')
+    conn.execute(f'delete from "{meta}".generations where name = %s', (gen,))

@@ -1,0 +1,49 @@
+"""From a log message to a ``records`` row (pure).
+
+Columns are in the order of ``RECORD_COLUMNS``, the order of ``schema.sql``; the COPY in the
+projector and the tests' row builders both go through :func:`record_row`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from schemas import split_record
+
+RECORD_COLUMNS = (
+    "log_partition", "log_offset", "stream", "seq", "event_id", "schema_version",
+    "occurred_at", "occurred_at_us", "captured_at", "content_key", "prev_digest",
+    "record_digest", "response_digest", "output_digest", "input_digest", "prompt_digest",
+    "outcome", "provider_name", "provider_endpoint", "provider_api_version", "model_id",
+    "response_model", "fingerprint", "params", "http_status", "response_content_type",
+    "seed", "temperature", "top_p", "deterministic", "request_policy", "streamed",
+    "closed_early", "writer_id", "request_bytes", "response_bytes", "error_bytes",
+    "record_bytes",
+)
+
+
+def micros_to_datetime(us: int) -> datetime:
+    return datetime.fromtimestamp(us // 1_000_000, tz=timezone.utc).replace(
+        microsecond=us % 1_000_000)
+
+
+def record_row(value: bytes, partition: int, offset: int) -> tuple[Any, ...]:
+    """The ``records`` row of one encoded EvidenceRecord; raises ``DecodeError`` if it is not."""
+    _body_bytes, record = split_record(value)
+    body, seal = record["body"], record["seal"]
+    provider, replay, capture = body["provider"], body["replay"], body["capture"]
+    return (
+        partition, offset, body["stream"], seal["seq"], uuid.UUID(body["event_id"]),
+        body["schema_version"], micros_to_datetime(seal["occurred_at"]), seal["occurred_at"],
+        micros_to_datetime(body["captured_at"]), body["content_key"], seal["prev_digest"],
+        seal["record_digest"], body["response_digest"], body["output_digest"],
+        body["input_digest"], body["prompt_digest"], body["outcome"], provider["name"],
+        provider["endpoint"], provider["api_version"], body["model_id"],
+        body["response_model"], body["fingerprint"], body["params"], body["http_status"],
+        body["response_content_type"], replay["seed"], replay["temperature"], replay["top_p"],
+        replay["deterministic"], capture["request_policy"], capture["streamed"],
+        capture["closed_early"], seal["writer"]["writer_id"], body["request_bytes"],
+        body["response_bytes"], body["error_bytes"], bytes(value),
+    )

@@ -1,0 +1,85 @@
+-- One projection generation: every table of the read side, created in a schema of its own
+-- ({gen} is replaced by the generation's schema name, e.g. evidence_g3). A rebuild creates a
+-- fresh generation, fills it from offset 0 of the log, and swaps the stable views in schema
+-- "evidence" over to it in one transaction. Readers (the API) only ever query the views.
+--
+-- Nothing here is evidence: it is all derived from the log and can be dropped.
+
+create table {gen}.records (
+    log_partition         integer     not null,
+    log_offset            bigint      not null,
+    stream                text        not null,
+    seq                   bigint      not null,
+    event_id              uuid        not null,
+    schema_version        text        not null,
+    occurred_at           timestamptz not null,
+    occurred_at_us        bigint      not null,   -- exact micros, as sealed
+    captured_at           timestamptz not null,
+    content_key           bytea       not null,
+    prev_digest           bytea       not null,
+    record_digest         bytea       not null,
+    response_digest       bytea,
+    output_digest         bytea,
+    input_digest          bytea,
+    prompt_digest         bytea,
+    outcome               text        not null,   -- COMMITTED | FAILED | UNKNOWN
+    provider_name         text        not null,
+    provider_endpoint     text        not null,
+    provider_api_version  text,
+    model_id              text,
+    response_model        text,
+    fingerprint           text,
+    params                text,
+    http_status           integer,
+    response_content_type text,
+    seed                  bigint,
+    temperature           double precision,
+    top_p                 double precision,
+    deterministic         boolean     not null,
+    request_policy        text        not null,   -- VALUE | HASH_ONLY
+    streamed              boolean     not null,
+    closed_early          boolean     not null,
+    writer_id             text        not null,
+    request_bytes         bytea,
+    response_bytes        bytea,
+    error_bytes           bytea,
+    record_bytes          bytea       not null,   -- the log message value, verbatim
+    primary key (log_partition, log_offset)
+);
+-- Not unique: a duplicate seq in the log is stored and reported as a finding, never dropped.
+create index on {gen}.records (stream, seq);
+create index on {gen}.records (event_id);
+create index on {gen}.records (content_key, occurred_at_us);
+
+create table {gen}.heads (
+    stream         text    primary key,
+    seq            bigint  not null,
+    record_digest  bytea   not null,
+    record_count   bigint  not null,
+    first_at       timestamptz not null,
+    last_at        timestamptz not null
+);
+
+create table {gen}.findings (
+    id             bigserial primary key,
+    stream         text,
+    seq            bigint,
+    kind           text    not null,   -- gap | duplicate | broken_link | undecodable | ...
+    detail         text    not null,
+    log_partition  integer,
+    log_offset     bigint,
+    found_at       timestamptz not null default now()
+);
+create index on {gen}.findings (stream, seq);
+
+-- Consumer positions of this generation, written in the same transaction as its rows.
+create table {gen}.positions (
+    topic          text    not null,
+    partition      integer not null,
+    next_offset    bigint  not null,
+    -- The partition's end as the projector last saw it, so the API can report lag without
+    -- talking to Kafka: lag = high_watermark - next_offset.
+    high_watermark bigint  not null default 0,
+    updated_at     timestamptz not null default now(),
+    primary key (topic, partition)
+);
