@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test]'
 	@touch $@
 
 ## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then what to try

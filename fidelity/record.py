@@ -1,0 +1,114 @@
+"""Manifests derived from a sealed record, for the two ways it can be replayed (pure).
+
+- ``log_replay``: the response is served verbatim from the log. Nothing is executed, so the
+  environment, tools and retrieval do not take part, and the record's stream, seq and record
+  digest are its provenance. Exact when the request and the response bytes are both kept.
+- ``live_reexecution``: the recorded request bytes are sent to the hosted API again. The
+  inputs are frozen in those bytes (instructions, retrieved chunks and tool definitions are
+  inside them), but a hosted API guarantees no determinism, with or without a seed: at best
+  ``controlled``.
+
+A hash-only record (request bytes not kept) cannot reconstruct its input: the analyzer says so
+for both. ``record`` is a mapping with the columns of the ``records`` view.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Mapping
+
+from fidelity.analyze import analyze
+from fidelity.manifest import KIND, VERSION
+
+ABSENT = {"state": "absent"}
+UNAVAILABLE = {"state": "unavailable"}
+
+
+def _value(v: Any) -> dict[str, Any]:
+    return {"state": "value", "value": v}
+
+
+def _bytes_value(b: bytes) -> dict[str, Any]:
+    try:
+        return _value(bytes(b).decode("utf-8"))
+    except UnicodeDecodeError:
+        return _value({"base64": base64.b64encode(bytes(b)).decode()})
+
+
+def _input(record: Mapping[str, Any]) -> dict[str, Any]:
+    if record.get("request_bytes") is not None:
+        return _bytes_value(record["request_bytes"])
+    # Hash-only policy: the content key commits to the bytes but cannot give them back.
+    return {"state": "hash", "sha256": bytes(record["content_key"]).hex()}
+
+
+def _common_model(record: Mapping[str, Any]) -> dict[str, Any]:
+    params = record.get("params")
+    seed = record.get("seed")
+    return {
+        "input": _input(record),
+        # Instructions travel inside the request body; there is no separate artifact.
+        "system_instructions": ABSENT,
+        "developer_instructions": ABSENT,
+        "provider": _value({"name": record["provider_name"],
+                            "endpoint": record.get("provider_endpoint")}),
+        "model_name": _value(record["model_id"]) if record.get("model_id") else UNAVAILABLE,
+        "parameters": _value(params) if params is not None else UNAVAILABLE,
+        "seed": _value(seed) if seed is not None else (ABSENT if params is not None
+                                                        else UNAVAILABLE),
+    }
+
+
+_NOT_USED_TOOLS = {"replay_mode": "not_used", "definitions": ABSENT, "calls": ABSENT,
+                   "outputs": ABSENT, "ledger_complete": ABSENT, "deterministic": False}
+_NOT_USED_RETRIEVAL = {"replay_mode": "not_used", "configuration": ABSENT, "corpus": ABSENT,
+                       "outputs": ABSENT, "deterministic": False}
+_NOT_APPLICABLE_ENV = {k: ABSENT for k in ("code_version", "runtime_version", "dependency_lock",
+                                            "configuration", "container")}
+
+
+def _manifest(record: Mapping[str, Any], determinism: dict[str, Any],
+              isolation: dict[str, str]) -> dict[str, Any]:
+    return {
+        "kind": KIND,
+        "version": VERSION,
+        "model": {**_common_model(record), "determinism": determinism},
+        "tools": dict(_NOT_USED_TOOLS),
+        "retrieval": dict(_NOT_USED_RETRIEVAL),
+        "environment": dict(_NOT_APPLICABLE_ENV),
+        "isolation": isolation,
+        "provenance": {"trace_id": ABSENT, "span_id": ABSENT, "capture_method": "native"},
+    }
+
+
+def manifests_for_record(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    has_response = record.get("response_bytes") is not None
+    log = _manifest(
+        record,
+        {"guaranteed": has_response,
+         "basis": ("the verbatim response bytes are served from the log; nothing is re-executed"
+                   if has_response else
+                   f"no response bytes were recorded (outcome {record.get('outcome')})")},
+        # The replay transport has no network path: every dimension is isolated.
+        {"network": "isolated", "filesystem": "isolated", "external_services": "isolated",
+         "side_effects": "isolated"},
+    )
+    seeded = record.get("seed") is not None
+    live = _manifest(
+        record,
+        {"guaranteed": False,
+         "basis": "hosted API: no determinism guarantee"
+                  + (" (a seed was sent, which is not one)" if seeded else " and no seed was sent")},
+        # Only the provider is called; no tool runs, nothing else is reached or written.
+        {"network": "isolated", "filesystem": "isolated", "external_services": "isolated",
+         "side_effects": "isolated"},
+    )
+    return {"log_replay": log, "live_reexecution": live}
+
+
+def analyze_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Both reports for a sealed record: ``{"log_replay": ..., "live_reexecution": ...}``."""
+    out: dict[str, Any] = {"stream": record.get("stream"), "seq": record.get("seq")}
+    for mode, manifest in manifests_for_record(record).items():
+        out[mode] = {**analyze(manifest).to_dict(), "manifest": manifest}
+    return out
