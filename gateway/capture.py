@@ -1,0 +1,169 @@
+"""Build the CaptureEvent of one HTTP exchange. Pure: values in, a dict out.
+
+The transport fills an :class:`Exchange` while the call runs (``content_key`` first, before
+any byte is sent); :func:`build_event` turns it into the ``CaptureEvent`` dict that
+``schemas.encode("CaptureEvent", ...)`` accepts. How a call ended decides the outcome:
+
+    no response at all (connect error, timeout, cancel)  UNKNOWN   error_bytes = the exception
+    HTTP status >= 400                                   FAILED    error_bytes = verbatim body
+    body cut by a transport error                        UNKNOWN   response_bytes = bytes so far
+    closed by the application before the body was whole  UNKNOWN   closed_early = True
+    otherwise                                            COMMITTED output_digest from the adapter
+
+``output_digest`` is only set for COMMITTED: a partial text is not what a re-execution is
+compared against.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas import SCHEMA_VERSION, output_digest, response_digest
+
+from . import adapters
+
+__all__ = ["HASH_ONLY", "VALUE", "Exchange", "build_event", "decode_body"]
+
+VALUE = "VALUE"
+HASH_ONLY = "HASH_ONLY"
+
+
+@dataclass
+class Exchange:
+    """One HTTP request/response as the transport saw it."""
+
+    stream: str
+    request_policy: str
+    content_key: bytes
+    request_bytes: bytes
+    url: str
+    host: str
+    path: str
+    started_at: int
+    request_headers: dict[str, str] = field(default_factory=dict)  # lowercase names
+    query: dict[str, str] = field(default_factory=dict)
+    finished_at: int | None = None
+    duration_us: int | None = None
+    status: int | None = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+    content_length: int | None = None
+    chunks: list[bytes] = field(default_factory=list)
+    eof: bool = False               # the body was read to its end
+    closed_by_app: bool = False     # the application closed the response first
+    error: str | None = None        # transport failure, as "ExcType: message"
+
+    @property
+    def streamed(self) -> bool:
+        return (self.content_type or "").split(";")[0].strip().lower() == "text/event-stream"
+
+
+def decode_body(raw: bytes, content_encoding: str | None) -> bytes:
+    """Undo gzip/deflate content coding, so the record holds the body the application read.
+
+    Raises ``ValueError`` for a coding it cannot undo (the caller keeps the raw bytes).
+    """
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    data = raw
+    for coding in reversed(codings):  # applied in listed order, so undone in reverse
+        if coding == "identity":
+            continue
+        if coding in ("gzip", "x-gzip"):
+            data = gzip.decompress(data)
+        elif coding == "deflate":
+            try:
+                data = zlib.decompress(data)
+            except zlib.error:
+                data = zlib.decompress(data, -zlib.MAX_WBITS)
+        else:
+            raise ValueError(f"content coding {coding!r} is not supported")
+    return data
+
+
+def _body(ex: Exchange) -> bytes:
+    raw = b"".join(ex.chunks)
+    if not ex.content_encoding:
+        return raw
+    try:
+        return decode_body(raw, ex.content_encoding)
+    except (ValueError, OSError, EOFError, zlib.error):
+        return raw  # a truncated or unknown coding: keep what came off the wire
+
+
+def _complete(ex: Exchange, kind: str | None, body: bytes) -> bool:
+    if ex.eof:
+        return True
+    if ex.content_length is not None and sum(map(len, ex.chunks)) >= ex.content_length:
+        return True
+    return ex.streamed and adapters.stream_complete(kind, body)
+
+
+def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> dict[str, Any]:
+    """Return the CaptureEvent dict for ``ex``; ``ex`` must be finished (``finished_at`` set)."""
+    route = adapters.detect(ex.host, ex.path, ex.request_headers, ex.query)
+    req = adapters.parse_request(route.kind, ex.request_bytes)
+    facts = adapters.ResponseFacts()
+    response_bytes = error_bytes = out_digest = None
+    closed_early = False
+    if ex.status is None:
+        outcome = "UNKNOWN"
+        error_bytes = (ex.error or "no response").encode("utf-8", errors="replace")
+    else:
+        body = _body(ex)
+        if ex.status >= 400:
+            outcome, error_bytes = "FAILED", body
+        elif ex.error is not None:
+            outcome, response_bytes = "UNKNOWN", body
+            error_bytes = f"response body cut after {len(body)} bytes: {ex.error}".encode(
+                "utf-8", errors="replace")
+        elif ex.closed_by_app and not _complete(ex, route.kind, body):
+            outcome, response_bytes, closed_early = "UNKNOWN", body, True
+            error_bytes = f"closed early by the application after {len(body)} bytes".encode()
+        else:
+            outcome, response_bytes = "COMMITTED", body
+        if response_bytes is not None:
+            facts = adapters.parse_response(route.kind, response_bytes, ex.streamed)
+        if outcome == "COMMITTED" and facts.output_text is not None:
+            out_digest = output_digest(facts.output_text)
+    finished = ex.finished_at if ex.finished_at is not None else ex.started_at
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "event_id": event_id,
+        "stream": ex.stream,
+        "captured_at": finished,
+        "content_key": ex.content_key,
+        "request_bytes": ex.request_bytes if ex.request_policy == VALUE else None,
+        "input_digest": None,
+        "prompt_digest": None,
+        "retrieval": [],
+        "provider": {"name": route.provider, "endpoint": ex.url, "api_version": route.api_version},
+        "model_id": req.model_id,
+        "params": req.params,
+        "fingerprint": facts.fingerprint,
+        "response_model": facts.response_model,
+        "http_status": ex.status,
+        "response_content_type": ex.content_type,
+        "response_bytes": response_bytes,
+        "response_digest": response_digest(response_bytes) if response_bytes is not None else None,
+        "output_digest": out_digest,
+        "error_bytes": error_bytes,
+        "outcome": outcome,
+        "replay": {
+            "seed": req.seed,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "deterministic": req.seed is not None,
+        },
+        "capture": {
+            "library": library,
+            "host": host,
+            "request_policy": ex.request_policy,
+            "streamed": ex.streamed,
+            "closed_early": closed_early,
+            "started_at": ex.started_at,
+            "duration_us": ex.duration_us,
+        },
+    }

@@ -1,0 +1,291 @@
+"""A local, durable, append-only spool for captures Kafka has not acknowledged.
+
+Files in the spool directory:
+
+    LOCK                   flock'd while a Recorder has the spool open (one owner at a time)
+    HEAD                   "<generation> <offset>\\n": first byte not yet acknowledged
+    spool-<gen>.log        frames, appended and fsync'd before ``append`` returns
+    spool-<gen>.torn-<off> a torn or corrupt tail found at open, kept for inspection
+
+A frame is ``be32 length | be32 crc32(payload) | payload`` and the payload is
+``be16 len(key) | key | value``. Appends only ever go to the end; acknowledging moves HEAD
+forward (written to a temp file, fsync'd, renamed, directory fsync'd), so an entry is given up
+only after Kafka acknowledged it. A crash between a delivery and its HEAD update resends that
+entry: a duplicate event_id, which the writer absorbs. When everything before the end is
+acknowledged, or the acknowledged prefix is large, the unacknowledged rest is copied into a
+new generation and HEAD switched to it in one rename; the old file is deleted afterwards.
+
+At open the frames after HEAD are checked. The first one that is short or fails its CRC ends
+the valid data: the bytes from there on are moved to a ``.torn-`` file and the log truncated,
+so a crash mid-append is never replayed as garbage.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import struct
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SpoolError, SpoolLockedError
+
+__all__ = ["MAX_FRAME", "Spool", "SpoolEntry", "scan"]
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">II")
+_KEY_LEN = struct.Struct(">H")
+MAX_FRAME = 64 * 1024 * 1024
+"""Longest payload accepted; a larger length field is read as corruption."""
+_COMPACT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SpoolEntry:
+    """One spooled message, as :meth:`Spool.peek` returns it."""
+
+    key: bytes
+    value: bytes
+
+
+def _frame(key: bytes, value: bytes) -> bytes:
+    payload = _KEY_LEN.pack(len(key)) + key + value
+    if len(payload) > MAX_FRAME:
+        raise SpoolError(f"a {len(payload)}-byte capture is larger than the spool's {MAX_FRAME}")
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Spool:
+    """Append-only durable queue of (key, value) pairs. Not thread-safe: one owner thread.
+
+    ``Spool(directory)`` does no I/O; :meth:`open` takes the lock and recovers.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.torn_bytes = 0
+        self._gen = 0
+        self._head = 0
+        self._size = 0
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
+        self._index: deque[tuple[int, int]] = deque()  # (start, end) of unacked frames
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> "Spool":
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise SpoolError(f"cannot open spool directory {self.directory}: {e}") from e
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise SpoolLockedError(f"spool {self.directory} is in use by another Recorder") from e
+        try:
+            self._recover()
+        except OSError as e:
+            self.close()
+            raise SpoolError(f"cannot recover spool {self.directory}: {e}") from e
+        return self
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> "Spool":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _log_path(self, gen: int) -> Path:
+        return self.directory / f"spool-{gen:08d}.log"
+
+    def _read_head(self) -> tuple[int, int]:
+        try:
+            gen, off = (self.directory / "HEAD").read_text().split()
+            return int(gen), int(off)
+        except FileNotFoundError:
+            return 0, 0
+        except ValueError as e:
+            raise SpoolError(f"spool HEAD in {self.directory} is unreadable") from e
+
+    def _write_head(self, gen: int, offset: int) -> None:
+        tmp = self.directory / "HEAD.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{gen} {offset}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.directory / "HEAD")
+        _fsync_dir(self.directory)
+
+    def _recover(self) -> None:
+        gen, head = self._read_head()
+        path = self._log_path(gen)
+        # Files of other generations are either fully acknowledged (old) or a compaction
+        # that crashed before HEAD switched to it (new, a copy of entries still in ours).
+        for p in self.directory.glob("spool-*.log"):
+            if p != path:
+                p.unlink()
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        size = os.fstat(self._fd).st_size
+        self._gen, self._head = gen, min(head, size)
+        pos = self._head
+        while pos < size:
+            header = os.pread(self._fd, _HEADER.size, pos)
+            if len(header) < _HEADER.size:
+                break
+            length, crc = _HEADER.unpack(header)
+            if length > MAX_FRAME or length < _KEY_LEN.size or pos + _HEADER.size + length > size:
+                break
+            payload = os.pread(self._fd, length, pos + _HEADER.size)
+            if zlib.crc32(payload) != crc:
+                break
+            end = pos + _HEADER.size + length
+            self._index.append((pos, end))
+            pos = end
+        if pos < size:
+            self._quarantine(pos, size)
+        self._size = pos
+
+    def _quarantine(self, pos: int, size: int) -> None:
+        assert self._fd is not None
+        torn = self.directory / f"spool-{self._gen:08d}.torn-{pos}"
+        with open(torn, "wb") as f:
+            f.write(os.pread(self._fd, size - pos, pos))
+            f.flush()
+            os.fsync(f.fileno())
+        os.ftruncate(self._fd, pos)
+        os.fsync(self._fd)
+        self.torn_bytes += size - pos
+        log.error("spool %s: %d bytes after offset %d are torn or corrupt; moved to %s and not "
+                  "replayed", self.directory, size - pos, pos, torn)
+
+    # -- queue -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._size - self._head
+
+    def append(self, key: bytes, value: bytes) -> None:
+        self.append_many([(key, value)])
+
+    def append_many(self, items: list[tuple[bytes, bytes]]) -> None:
+        """Append entries in order and fsync once; they are durable when this returns."""
+        if self._fd is None:
+            raise SpoolError("spool is not open")
+        frames = [_frame(k, v) for k, v in items]
+        data = b"".join(frames)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+            os.fsync(self._fd)
+        except OSError as e:
+            # A partial frame may be on disk; the next open quarantines it.
+            raise SpoolError(f"cannot append to spool {self.directory}: {e}") from e
+        pos = self._size
+        for f in frames:
+            self._index.append((pos, pos + len(f)))
+            pos += len(f)
+        self._size = pos
+
+    def peek(self, max_entries: int = 500, max_bytes: int = 16 * 1024 * 1024) -> list[SpoolEntry]:
+        """The oldest unacknowledged entries, in append order (at least one if any)."""
+        if self._fd is None:
+            raise SpoolError("spool is not open")
+        out: list[SpoolEntry] = []
+        total = 0
+        for start, end in self._index:
+            if out and (len(out) >= max_entries or total + end - start > max_bytes):
+                break
+            payload = os.pread(self._fd, end - start - _HEADER.size, start + _HEADER.size)
+            (klen,) = _KEY_LEN.unpack_from(payload)
+            out.append(SpoolEntry(payload[2:2 + klen], payload[2 + klen:]))
+            total += end - start
+        return out
+
+    def ack(self, count: int) -> None:
+        """Give up the ``count`` oldest entries: Kafka has acknowledged them."""
+        if self._fd is None:
+            raise SpoolError("spool is not open")
+        if count <= 0 or not self._index:
+            return
+        for _ in range(min(count, len(self._index))):
+            self._index.popleft()
+        self._head = self._index[0][0] if self._index else self._size
+        try:
+            if not self._index or self._head >= _COMPACT_BYTES:
+                self._compact()
+            else:
+                self._write_head(self._gen, self._head)
+        except OSError as e:
+            raise SpoolError(f"cannot record acknowledgement in spool {self.directory}: {e}") from e
+
+    def _compact(self) -> None:
+        # 1. copy the unacknowledged rest into the next generation and make it durable;
+        # 2. switch HEAD to it (the commit point: a crash before leaves the old state whole);
+        # 3. only then delete the old file.
+        assert self._fd is not None
+        old_fd, old_path, new_gen = self._fd, self._log_path(self._gen), self._gen + 1
+        rest = os.pread(old_fd, self._size - self._head, self._head) if self._index else b""
+        new_fd = os.open(self._log_path(new_gen), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+                         0o600)
+        try:
+            if rest:
+                os.write(new_fd, rest)
+            os.fsync(new_fd)
+            _fsync_dir(self.directory)
+            self._write_head(new_gen, 0)
+        except BaseException:
+            os.close(new_fd)
+            raise
+        shift = self._head
+        self._fd, self._gen, self._size, self._head = new_fd, new_gen, self._size - shift, 0
+        self._index = deque((s - shift, e - shift) for s, e in self._index)
+        os.close(old_fd)
+        old_path.unlink(missing_ok=True)
+
+
+def scan(directory: str | os.PathLike[str]) -> list[SpoolEntry]:
+    """The unacknowledged entries of a spool, read-only and without taking its lock (for
+    inspection; a concurrent append may or may not be seen). Stops at a torn tail."""
+    d = Path(directory)
+    gen, head = Spool(d)._read_head() if (d / "HEAD").exists() else (0, 0)
+    try:
+        data = (d / f"spool-{gen:08d}.log").read_bytes()
+    except FileNotFoundError:
+        return []
+    out, pos = [], head
+    while pos + _HEADER.size <= len(data):
+        length, crc = _HEADER.unpack_from(data, pos)
+        payload = data[pos + _HEADER.size:pos + _HEADER.size + length]
+        if length > MAX_FRAME or len(payload) != length or zlib.crc32(payload) != crc:
+            break
+        (klen,) = _KEY_LEN.unpack_from(payload)
+        out.append(SpoolEntry(payload[2:2 + klen], payload[2 + klen:]))
+        pos += _HEADER.size + length
+    return out
