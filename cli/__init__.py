@@ -1,5 +1,5 @@
-"""The ``evidence`` command: ``cli.main:main`` is its entry point."""
+"""The ``evidence`` command; its entry point is ``cli.main:main``.
 
-from cli.main import main
-
-__all__ = ["main"]
+Nothing is imported here, so ``python -m cli.main`` (how ``make up`` starts services) runs
+the module once, without runpy's double-import warning.
+"""

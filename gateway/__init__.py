@@ -11,6 +11,7 @@
 Modules, from the outside in:
 
     recorder   Recorder (clients, lifecycle, routing to Kafka or the spool), Metrics, LIBRARY
+    replay     Replayer: clients that answer from the evidence API and never call out
     transport  capture transports for httpx2 and httpx: the one network seam
     capture    Exchange and build_event: an HTTP exchange -> CaptureEvent dict (pure)
     adapters   provider detection and field extraction per wire format (pure)
@@ -30,6 +31,7 @@ from .errors import (
     SpoolLockedError,
 )
 from .recorder import LIBRARY, Metrics, Recorder
+from .replay import ReplayError, ReplayMiss, Replayer
 from .spool import Spool, SpoolEntry
 from .transport import transport_classes
 
@@ -44,6 +46,9 @@ __all__ = [
     "ProducerError",
     "QueueFull",
     "Recorder",
+    "ReplayError",
+    "ReplayMiss",
+    "Replayer",
     "RequestFacts",
     "ResponseFacts",
     "Route",

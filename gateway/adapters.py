@@ -31,6 +31,7 @@ __all__ = [
     "ResponseFacts",
     "Route",
     "detect",
+    "output_text_for_body",
     "parse_request",
     "parse_response",
     "parse_sse",
@@ -312,3 +313,17 @@ def stream_complete(kind: str | None, body: bytes) -> bool:
         if event in terminal or (obj is not None and obj.get("type") in terminal):
             return True
     return False
+
+
+def output_text_for_body(body: Mapping[str, Any]) -> str | None:
+    """The output text of a recorded CaptureEvent body, extracted as at capture time.
+
+    What an audit or an export recomputes ``output_digest`` from: the endpoint names the wire
+    format, ``capture.streamed`` says whether the response bytes are SSE.
+    """
+    from urllib.parse import urlsplit
+
+    url = urlsplit(body["provider"]["endpoint"])
+    route = detect(url.hostname or "", url.path)
+    return parse_response(route.kind, body["response_bytes"],
+                          bool(body["capture"]["streamed"])).output_text

@@ -1,5 +1,68 @@
 """PostgreSQL projections of the evidence log: disposable, rebuilt from offset zero.
 
-- :mod:`projections.ddl` — generation schemas, the stable ``evidence`` views, the swap.
+- :mod:`projections.fold` — one projection step, pure: heads + records → rows, heads,
+  findings (gap, duplicate, broken_link, undecodable).
 - :mod:`projections.rows` — a log message to a ``records`` row (pure).
+- :mod:`projections.ddl` — generation schemas, the stable ``evidence`` views, the swap.
+- :mod:`projections.store` — PostgreSQL: batches by binary COPY, positions in the same
+  transaction (the only module importing psycopg, with ``ddl``).
+- :mod:`projections.service` — the projector loop (the only module importing confluent-kafka).
+- :mod:`projections.rebuild` — blue/green rebuild with checks, and ``--in-place``.
+- :mod:`projections.cli` / :mod:`projections.cli_rebuild` — ``evidence projector`` and
+  ``evidence projections rebuild|status``.
+- :mod:`projections.errors` — ``ProjectionError`` and below (see its docstring for the tree).
+
+Importing this package imports only the pure parts; the service modules load on use.
 """
+
+from .config import ProjectorConfig
+from .errors import (
+    GenerationChanged,
+    LogError,
+    PositionsMoved,
+    ProjectionError,
+    RebuildBusy,
+    RebuildMismatch,
+    StoreError,
+)
+from .fold import (
+    BROKEN_LINK,
+    DUPLICATE,
+    FINDING_KINDS,
+    GAP,
+    UNDECODABLE,
+    Finding,
+    Folded,
+    Head,
+    Record,
+    Undecodable,
+    decode_message,
+    fold,
+)
+from .rows import RECORD_COLUMNS, RECORD_TYPES, record_row
+
+__all__ = [
+    "BROKEN_LINK",
+    "DUPLICATE",
+    "FINDING_KINDS",
+    "Finding",
+    "Folded",
+    "GAP",
+    "GenerationChanged",
+    "Head",
+    "LogError",
+    "PositionsMoved",
+    "ProjectionError",
+    "ProjectorConfig",
+    "RECORD_COLUMNS",
+    "RECORD_TYPES",
+    "RebuildBusy",
+    "RebuildMismatch",
+    "Record",
+    "StoreError",
+    "UNDECODABLE",
+    "Undecodable",
+    "decode_message",
+    "fold",
+    "record_row",
+]

@@ -22,9 +22,27 @@ from importlib import resources
 TABLES = ("records", "heads", "findings", "positions")
 
 
-def generation_sql(gen: str) -> str:
+def _schema_lines(gen: str) -> list[str]:
     text = resources.files("projections").joinpath("schema.sql").read_text()
-    return text.replace("{gen}", f'"{gen}"')
+    return text.replace("{gen}", f'"{gen}"').splitlines(keepends=True)
+
+
+def generation_sql(gen: str, indexes: bool = True) -> str:
+    """The tables of one generation; ``indexes=False`` leaves out the secondary indexes
+    (one-line ``create index`` statements), for a bulk load that adds them afterwards."""
+    return "".join(line for line in _schema_lines(gen)
+                   if indexes or not line.lower().startswith("create index"))
+
+
+def index_sql(gen: str) -> str:
+    """The secondary indexes that ``generation_sql(gen, indexes=False)`` left out."""
+    return "".join(line for line in _schema_lines(gen)
+                   if line.lower().startswith("create index"))
+
+
+def create_indexes(conn, gen: str) -> None:
+    """Add the secondary indexes to a generation made with ``indexes=False``."""
+    conn.execute(index_sql(gen))
 
 
 def ensure_meta(conn, meta: str = "evidence_meta") -> None:
@@ -39,15 +57,19 @@ def ensure_meta(conn, meta: str = "evidence_meta") -> None:
         generation  text not null references "{meta}".generations(name))''')
 
 
-def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence_g") -> str:
-    """Create the next generation schema with empty tables; returns its name."""
+def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence_g",
+                      indexes: bool = True) -> str:
+    """Create the next generation schema with empty tables; returns its name.
+
+    A rebuild passes ``indexes=False`` and calls :func:`create_indexes` after its bulk load:
+    building an index once by sorting is cheaper than maintaining it row by row."""
     ensure_meta(conn, meta)
     n = conn.execute(
         f"""select coalesce(max(substring(name from '([0-9]+)$')::int), 0) + 1
             from "{meta}".generations""").fetchone()[0]
     gen = f"{prefix}{n}"
     conn.execute(f'create schema "{gen}"')
-    conn.execute(generation_sql(gen))
+    conn.execute(generation_sql(gen, indexes))
     conn.execute(f'insert into "{meta}".generations (name, state) values (%s, %s)',
                  (gen, "building"))
     return gen

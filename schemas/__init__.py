@@ -9,6 +9,8 @@ Schemas (``avro/*.avsc``, namespace ``evidence.v1``), named in ``SCHEMA_NAMES``:
 
 Codec (Avro single-object encoding, no registry needed):
     encode, decode, body_bytes, split_record, fingerprint, parsing_canonical_form
+    writer fast paths: HEADER_SIZE, schema_name_for, read_body, canonical_body_bytes,
+    encode_sealed
 
 Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
     content_key (0x00), response_digest (0x01), input_digest (0x02),
@@ -19,16 +21,21 @@ Record model:
     SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal
 
 Errors:
-    EvidenceError (the project's root), EncodeError, DecodeError
+    EvidenceError (the project's root), EncodeError, DecodeError, TruncatedError
 """
 
 from .codec import (
+    HEADER_SIZE,
     SCHEMA_NAMES,
     body_bytes,
+    canonical_body_bytes,
     decode,
     encode,
+    encode_sealed,
     fingerprint,
     parsing_canonical_form,
+    read_body,
+    schema_name_for,
     split_record,
 )
 from .digests import (
@@ -40,7 +47,7 @@ from .digests import (
     record_digest,
     response_digest,
 )
-from .errors import DecodeError, EncodeError, EvidenceError
+from .errors import DecodeError, EncodeError, EvidenceError, TruncatedError
 from .model import (
     SCHEMA_VERSION,
     STREAM_ID_RE,
@@ -57,14 +64,18 @@ __all__ = [
     "EncodeError",
     "EvidenceError",
     "GENESIS",
+    "HEADER_SIZE",
     "SCHEMA_NAMES",
     "SCHEMA_VERSION",
     "STREAM_ID_RE",
     "SUPPORTED_SCHEMA_VERSIONS",
+    "TruncatedError",
     "body_bytes",
+    "canonical_body_bytes",
     "content_key",
     "decode",
     "encode",
+    "encode_sealed",
     "fingerprint",
     "input_digest",
     "new_event_id",
@@ -72,8 +83,10 @@ __all__ = [
     "output_digest",
     "parsing_canonical_form",
     "prompt_digest",
+    "read_body",
     "record_digest",
     "response_digest",
+    "schema_name_for",
     "seal",
     "split_record",
     "valid_event_id",

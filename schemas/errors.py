@@ -3,6 +3,7 @@
     EvidenceError          root of every error evidence-store raises on purpose
     ├── EncodeError        a record does not match its Avro schema
     └── DecodeError        bytes are not a single-object-encoded record we know
+        └── TruncatedError the bytes end before the record does
 
 Other packages derive their own errors from ``EvidenceError`` and import it from ``schemas``.
 """
@@ -24,3 +25,7 @@ class DecodeError(EvidenceError):
     Raised for a wrong or missing marker, an unknown fingerprint, a truncated or
     malformed body, and trailing bytes after the body.
     """
+
+
+class TruncatedError(DecodeError):
+    """The bytes end before the record does (a cut-off message)."""

@@ -6,4 +6,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.provider",
     "tests.fixtures.writer",
+    "tests.fixtures.log",
+    "tests.fixtures.readmodel",
+    "tests.fixtures.api_server",
 ]

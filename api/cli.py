@@ -1,0 +1,41 @@
+"""``evidence api``: serve the REST API with uvicorn (what ``make up`` starts)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+HELP = "serve the REST API (replay verify, records, replay serving) with uvicorn"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; the API serves evidence, "
+                        "so widen this deliberately)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("EVIDENCE_API_PORT") or 8000),
+                   help="port (default $EVIDENCE_API_PORT, else 8000)")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn log level (default info)")
+    p.add_argument("--access-log", action="store_true",
+                   help="log every request (off by default; /metrics counts them)")
+    p.epilog = ("Configuration comes from the environment (`source .stack/env`): "
+                "EVIDENCE_DATABASE_URL, EVIDENCE_API_KEY + EVIDENCE_API_KEY_STREAMS, "
+                "EVIDENCE_API_KEYS_FILE, EVIDENCE_PG_VIEWS_SCHEMA, EVIDENCE_API_MAX_LAG. "
+                "OpenAPI docs are served at /docs.")
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from .app import create_app
+    from .config import Settings
+
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(Settings.from_env())  # a ConfigError says what to set; exits 1
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=args.access_log, server_header=False)
+    return 0

@@ -1,0 +1,144 @@
+"""API settings, read from the environment once at start-up.
+
+    EVIDENCE_DATABASE_URL        PostgreSQL the read model lives in (required)
+    EVIDENCE_PG_VIEWS_SCHEMA     schema of the stable views (default ``evidence``)
+    EVIDENCE_API_KEY             the dev key ...
+    EVIDENCE_API_KEY_STREAMS     ... and its comma-separated stream patterns ("*", "acme:*", ...)
+    EVIDENCE_API_KEYS_FILE       JSON list of {"key", "streams": [...], "name"} for more keys
+    EVIDENCE_API_MAX_LAG         /readyz fails while projection lag exceeds this (default 10000)
+    EVIDENCE_API_POOL_MIN/_MAX   connection pool size (default 2 / 10)
+    EVIDENCE_API_DB_TIMEOUT      seconds to wait for a pooled connection (default 5)
+    EVIDENCE_API_STATEMENT_TIMEOUT_MS  per-query limit in PostgreSQL (default 5000)
+
+At least one key must be configured: an API that nobody can call is a configuration mistake,
+and :class:`~api.errors.ConfigError` says how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from .auth import Keyring, parse_patterns
+from .errors import ConfigError
+
+__all__ = ["Settings", "load_keyring"]
+
+_SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def load_keyring(env: Mapping[str, str]) -> Keyring:
+    """The keys named by ``EVIDENCE_API_KEY``/``_STREAMS`` and ``EVIDENCE_API_KEYS_FILE``."""
+    entries: list[tuple[str, str, tuple[str, ...]]] = []
+    dev_key = env.get("EVIDENCE_API_KEY", "")
+    if dev_key:
+        streams = env.get("EVIDENCE_API_KEY_STREAMS")
+        if streams is None:
+            raise ConfigError("EVIDENCE_API_KEY is set but EVIDENCE_API_KEY_STREAMS is not; "
+                              "set it to the streams the key may read, e.g. 'acme:*' or '*'")
+        entries.append(("dev", dev_key, parse_patterns(streams, "EVIDENCE_API_KEY_STREAMS")))
+    path = env.get("EVIDENCE_API_KEYS_FILE", "")
+    if path:
+        entries += _read_keys_file(Path(path))
+    if not entries:
+        raise ConfigError("no API key configured: set EVIDENCE_API_KEY and "
+                          "EVIDENCE_API_KEY_STREAMS, or EVIDENCE_API_KEYS_FILE")
+    return Keyring(entries)
+
+
+def _read_keys_file(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"EVIDENCE_API_KEYS_FILE {path}: cannot read it: {e.strerror}") from e
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"EVIDENCE_API_KEYS_FILE {path}: not JSON: {e}") from e
+    if not isinstance(data, list):
+        raise ConfigError(f'EVIDENCE_API_KEYS_FILE {path}: expected a JSON list of '
+                          f'{{"key": ..., "streams": [...], "name": ...}}')
+    entries = []
+    for i, item in enumerate(data):
+        where = f"EVIDENCE_API_KEYS_FILE {path} entry {i}"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: expected an object with key, streams and name")
+        unknown = set(item) - {"key", "streams", "name"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; "
+                              f"allowed are key, streams, name")
+        key, streams = item.get("key"), item.get("streams")
+        name = item.get("name", f"key-{i}")
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{where}: 'key' must be a non-empty string")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}: 'name' must be a non-empty string")
+        if not isinstance(streams, list):
+            raise ConfigError(f"{where}: 'streams' must be a list of stream patterns")
+        entries.append((name, key, parse_patterns(streams, where)))
+    return entries
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < low:
+        raise ConfigError(f"{name}={value} must be at least {low}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "")
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not value > 0:
+        raise ConfigError(f"{name}={raw!r} must be positive")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    keyring: Keyring = field(repr=False)
+    views_schema: str = "evidence"
+    max_lag: int = 10_000
+    pool_min: int = 2
+    pool_max: int = 10
+    db_timeout: float = 5.0
+    statement_timeout_ms: int = 5_000
+
+    def __post_init__(self) -> None:
+        if not _SCHEMA_RE.fullmatch(self.views_schema):
+            raise ConfigError(f"views schema {self.views_schema!r} is not a plain lowercase "
+                              f"PostgreSQL identifier (letters, digits, underscore)")
+        if not 1 <= self.pool_min <= self.pool_max:
+            raise ConfigError(f"pool sizes must satisfy 1 <= min ({self.pool_min}) "
+                              f"<= max ({self.pool_max})")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        url = env.get("EVIDENCE_DATABASE_URL", "")
+        if not url:
+            raise ConfigError("EVIDENCE_DATABASE_URL is not set; `make up` writes it to "
+                              ".stack/env (source that file)")
+        pool_min = _int(env, "EVIDENCE_API_POOL_MIN", 2, low=1)
+        return cls(
+            database_url=url,
+            keyring=load_keyring(env),
+            views_schema=env.get("EVIDENCE_PG_VIEWS_SCHEMA", "") or "evidence",
+            max_lag=_int(env, "EVIDENCE_API_MAX_LAG", 10_000),
+            pool_min=pool_min,
+            pool_max=_int(env, "EVIDENCE_API_POOL_MAX", max(10, pool_min), low=1),
+            db_timeout=_float(env, "EVIDENCE_API_DB_TIMEOUT", 5.0),
+            statement_timeout_ms=_int(env, "EVIDENCE_API_STATEMENT_TIMEOUT_MS", 5_000, low=1),
+        )

@@ -1,0 +1,206 @@
+"""The API's only database module: a connection pool and the read model's queries.
+
+Every query reads the stable views (``<views_schema>.records`` etc.), never a generation, so a
+projection rebuild swaps under the API without it noticing. Each request runs one indexed
+query on a pooled autocommit connection: no transaction to open or close, and psycopg prepares
+a statement after its fifth use on a connection, so the hot path is a single round trip.
+
+:func:`translate` is the one place where psycopg and pool errors become
+:class:`~api.errors.Unavailable` (503 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from typing import Any, Iterator
+
+import psycopg
+from psycopg.types.numeric import Int8
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from .auth import Scope
+from .errors import Unavailable
+
+__all__ = ["Database", "META_COLUMNS", "BYTES_COLUMNS", "VERIFY_COLUMNS", "translate"]
+
+log = logging.getLogger("evidence.api")
+
+META_COLUMNS = (
+    "stream", "seq", "event_id", "schema_version", "occurred_at", "occurred_at_us",
+    "captured_at", "outcome", "content_key", "prev_digest", "record_digest",
+    "response_digest", "output_digest", "input_digest", "prompt_digest", "provider_name",
+    "provider_endpoint", "provider_api_version", "model_id", "response_model", "fingerprint",
+    "params", "http_status", "response_content_type", "seed", "temperature", "top_p",
+    "deterministic", "request_policy", "streamed", "closed_early", "writer_id",
+    "log_partition", "log_offset",
+)
+BYTES_COLUMNS = ("request_bytes", "response_bytes", "error_bytes", "record_bytes")
+VERIFY_COLUMNS = ("stream", "seq", "output_digest", "response_digest", "deterministic",
+                  "seed", "model_version", "outcome")
+HEAD_COLUMNS = ("stream", "seq", "record_digest", "record_count", "first_at", "last_at")
+FINDING_COLUMNS = ("id", "stream", "seq", "kind", "detail", "log_partition", "log_offset",
+                   "found_at")
+
+# A duplicate seq is kept in the read model (and reported as a finding); lookups answer the
+# earliest copy in log order, the one the chain was built on.
+_FIRST = "order by log_partition, log_offset limit 1"
+
+
+@contextlib.contextmanager
+def translate(what: str) -> Iterator[None]:
+    """Turn database failures into :class:`Unavailable`, keeping the original as the cause."""
+    try:
+        yield
+    except PoolTimeout as e:
+        log.warning("%s: no database connection available: %s", what, e)
+        raise Unavailable("the database is busy or unreachable; retry shortly") from e
+    except psycopg.errors.UndefinedTable as e:
+        log.warning("%s: read model missing: %s", what, e)
+        raise Unavailable("the read model is not built yet (no projection is live); "
+                          "retry once the projector has run", retry_after=5) from e
+    except psycopg.Error as e:
+        log.warning("%s: database error (SQLSTATE %s): %s", what, e.sqlstate, e)
+        raise Unavailable("the database could not answer; retry shortly") from e
+
+
+class Database:
+    """Queries of the read model over a pool; :meth:`open` and :meth:`close` bracket its life."""
+
+    def __init__(self, url: str, views: str, *, min_size: int = 2, max_size: int = 10,
+                 timeout: float = 5.0, statement_timeout_ms: int = 5000) -> None:
+        self.views = views
+        self.timeout = timeout
+        self._pool_args = dict(
+            conninfo=url, min_size=min_size, max_size=max_size, open=False, timeout=timeout,
+            name="evidence-api",
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout)),
+                    "options": f"-c statement_timeout={statement_timeout_ms}"})
+        self._pool: AsyncConnectionPool | None = None
+        v = f'"{views}"'  # validated as a plain identifier by Settings
+        cols = ", ".join(META_COLUMNS)
+        verify_cols = ("stream, seq, output_digest, response_digest, deterministic, seed, "
+                       "coalesce(response_model, model_id), outcome")
+        self._q = {
+            "verify_seq": f"select {verify_cols} from {v}.records "
+                          f"where stream = %s and seq = %s {_FIRST}",
+            "verify_event": f"select {verify_cols} from {v}.records "
+                            f"where event_id = %s {_FIRST}",
+            "meta_seq": f"select {cols} from {v}.records where stream = %s and seq = %s {_FIRST}",
+            "full_seq": f"select {cols}, {', '.join(BYTES_COLUMNS)} from {v}.records "
+                        f"where stream = %s and seq = %s {_FIRST}",
+            "meta_event": f"select {cols} from {v}.records where event_id = %s {_FIRST}",
+            "full_event": f"select {cols}, {', '.join(BYTES_COLUMNS)} from {v}.records "
+                          f"where event_id = %s {_FIRST}",
+            "page": f"select {cols} from {v}.records where stream = %s and seq > %s "
+                    f"order by seq, log_partition, log_offset limit %s",
+            "head": f"select {', '.join(HEAD_COLUMNS)} from {v}.heads where stream = %s",
+            "findings": f"select {', '.join(FINDING_COLUMNS)} from {v}.findings "
+                        f"where stream = %s order by id limit %s",
+            "findings_count": f"select count(*) from {v}.findings where stream = %s",
+            "lag": f"select coalesce(sum(greatest(high_watermark - next_offset, 0)), 0)::bigint, "
+                   f"count(*) from {v}.positions",
+        }
+
+    async def open(self) -> None:
+        # wait=False: the API starts (and /healthz answers) while PostgreSQL is still coming
+        # up; /readyz and every query say 503 until it answers.
+        # The pool is made here, inside the running loop, never at import or construction.
+        self._pool = AsyncConnectionPool(**self._pool_args)
+        await self._pool.open(wait=False)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    def _connection(self, timeout: float | None = None):
+        if self._pool is None:
+            raise Unavailable("the API is starting or stopping; retry shortly")
+        return self._pool.connection(timeout=timeout)
+
+    async def _one(self, what: str, sql: str, params: tuple[Any, ...],
+                   timeout: float | None = None) -> tuple[Any, ...] | None:
+        with translate(what):
+            async with self._connection(timeout) as conn:
+                cur = await conn.execute(sql, params)
+                return await cur.fetchone()
+
+    async def _all(self, what: str, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with translate(what):
+            async with self._connection() as conn:
+                cur = await conn.execute(sql, params)
+                return await cur.fetchall()
+
+    # -- records -------------------------------------------------------------------------
+
+    async def verify_row(self, stream: str | None, seq: int | None,
+                         event_id: uuid.UUID | None) -> tuple[Any, ...] | None:
+        """``VERIFY_COLUMNS`` of one record, by (stream, seq) or by event id."""
+        if event_id is not None:
+            return await self._one("verify", self._q["verify_event"], (event_id,))
+        return await self._one("verify", self._q["verify_seq"], (stream, Int8(seq)))
+
+    async def record(self, stream: str, seq: int, with_bytes: bool) -> tuple[Any, ...] | None:
+        return await self._one("record", self._q["full_seq" if with_bytes else "meta_seq"],
+                               (stream, Int8(seq)))
+
+    async def event(self, event_id: uuid.UUID, with_bytes: bool) -> tuple[Any, ...] | None:
+        return await self._one("event", self._q["full_event" if with_bytes else "meta_event"],
+                               (event_id,))
+
+    async def page(self, stream: str, after_seq: int, limit: int) -> list[tuple[Any, ...]]:
+        return await self._all("records", self._q["page"], (stream, Int8(after_seq), limit))
+
+    async def replay(self, content_key: bytes, scope: Scope, stream: str | None,
+                     seq: int | None) -> tuple[Any, ...] | None:
+        """The earliest COMMITTED record with ``content_key`` that ``scope`` may read:
+        (stream, seq, record_digest, event_id, response_content_type, response_bytes)."""
+        cond, params = scope.sql()
+        sql = (f'select stream, seq, record_digest, event_id, response_content_type, '
+               f'response_bytes from "{self.views}".records '
+               f"where content_key = %s and outcome = 'COMMITTED' "
+               f"and response_bytes is not null and {cond}")
+        args: list[Any] = [content_key, *params]
+        if stream is not None:
+            sql += " and stream = %s"
+            args.append(stream)
+        if seq is not None:
+            sql += " and seq = %s"
+            args.append(Int8(seq))
+        sql += " order by occurred_at_us, log_partition, log_offset limit 1"
+        return await self._one("replay", sql, tuple(args))
+
+    # -- streams -------------------------------------------------------------------------
+
+    async def streams(self, scope: Scope, after: str | None, limit: int) -> list[tuple[Any, ...]]:
+        cond, params = scope.sql()
+        sql = f'select {", ".join(HEAD_COLUMNS)} from "{self.views}".heads where {cond}'
+        args: list[Any] = list(params)
+        if after is not None:
+            sql += " and stream > %s"
+            args.append(after)
+        sql += " order by stream limit %s"
+        args.append(limit)
+        return await self._all("streams", sql, tuple(args))
+
+    async def stream(self, stream: str, findings_limit: int
+                     ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]], int]:
+        """The head of ``stream``, its first findings, and how many findings it has."""
+        with translate("stream"):
+            async with self._connection() as conn:
+                head = await (await conn.execute(self._q["head"], (stream,))).fetchone()
+                findings = await (await conn.execute(
+                    self._q["findings"], (stream, findings_limit))).fetchall()
+                count = (await (await conn.execute(
+                    self._q["findings_count"], (stream,))).fetchone())[0]
+        return head, findings, count
+
+    # -- health --------------------------------------------------------------------------
+
+    async def lag(self) -> tuple[int, int]:
+        """(total projection lag in records, number of tracked partitions)."""
+        # A readiness probe must answer quickly even when the pool is exhausted.
+        row = await self._one("lag", self._q["lag"], (), timeout=min(self.timeout, 2.0))
+        return (int(row[0]), int(row[1])) if row else (0, 0)

@@ -1,0 +1,61 @@
+"""The API's errors and their HTTP shape.
+
+    EvidenceError (schemas)
+    └── ApiError               an answer other than 2xx, with a stable ``error`` code
+        ├── Unauthorized       401 unauthorized   missing or unknown API key
+        ├── NotFound           404 not_found      absent, or outside the key's streams
+        ├── InvalidRequest     422 invalid_request malformed path, query or body
+        └── Unavailable        503 unavailable    the database cannot answer (Retry-After)
+    ConfigError                bad settings at start-up (never an HTTP answer)
+
+Every error body is ``{"error": <code>, "message": <human text>}``; clients branch on
+``error``, people read ``message``. Database errors become :class:`Unavailable` in exactly one
+place, :func:`api.db.translate`.
+"""
+
+from __future__ import annotations
+
+from schemas import EvidenceError
+
+__all__ = ["ApiError", "ConfigError", "InvalidRequest", "NotFound", "Unauthorized", "Unavailable"]
+
+
+class ApiError(EvidenceError):
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, str]:
+        return {"error": self.code, "message": self.message}
+
+
+class Unauthorized(ApiError):
+    status, code = 401, "unauthorized"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, {"WWW-Authenticate": "Bearer"})
+
+
+class NotFound(ApiError):
+    status, code = 404, "not_found"
+
+
+class InvalidRequest(ApiError):
+    status, code = 422, "invalid_request"
+
+
+class Unavailable(ApiError):
+    """The database did not answer; documented backpressure: retry after a moment."""
+
+    status, code = 503, "unavailable"
+
+    def __init__(self, message: str, retry_after: int = 2) -> None:
+        super().__init__(message, {"Retry-After": str(retry_after)})
+
+
+class ConfigError(EvidenceError):
+    """Settings are missing or malformed; the message says which and how to fix it."""

@@ -1,0 +1,86 @@
+"""Prometheus metrics of one app instance, in a registry of its own.
+
+    evidence_api_request_duration_seconds{method,route}   histogram, by route *template*
+    evidence_api_requests_total{method,route,status}      counter
+    evidence_api_verify_total{outcome}                    match | mismatch | no_digest
+    evidence_api_projection_lag                           records behind the log (gauge)
+    evidence_api_database_up                              1 if the last DB probe answered
+
+Labels never carry stream ids, event ids or keys: the route template, not the path, so a
+scrape reveals no tenant's data and the series count stays bounded. That is why ``/metrics``
+is served without an API key (like ``/healthz``), on the 127.0.0.1 listener; put it behind the
+same network policy as any Prometheus target if the API is exposed further.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["ApiMetrics", "MetricsMiddleware"]
+
+_BUCKETS = (.0005, .001, .0025, .005, .0075, .01, .025, .05, .075, .1, .25, .5, 1, 2.5, 5)
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = Histogram("evidence_api_request_duration_seconds",
+                                 "Request latency by route template.", ("method", "route"),
+                                 buckets=_BUCKETS, registry=self.registry)
+        self.requests = Counter("evidence_api_requests_total", "Requests by route and status.",
+                                ("method", "route", "status"), registry=self.registry)
+        self.verify = Counter("evidence_api_verify_total", "Replay verifications by outcome.",
+                              ("outcome",), registry=self.registry)
+        for outcome in ("match", "mismatch", "no_digest"):
+            self.verify.labels(outcome)
+        self.lag = Gauge("evidence_api_projection_lag",
+                         "Records the projection is behind the log (sum over partitions).",
+                         registry=self.registry)
+        self.db_up = Gauge("evidence_api_database_up",
+                           "1 if the last database probe answered, else 0.",
+                           registry=self.registry)
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:  # labels() takes a lock; resolve each series once
+            children = (self.latency.labels(method, route),
+                        self.requests.labels(method, route, str(status)))
+            self._children[key] = children
+        children[0].observe(seconds)
+        children[1].inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware (no BaseHTTPMiddleware: it would add a task per request)."""
+
+    def __init__(self, app: Any, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "<unmatched>"
+            self.metrics.observe(scope["method"], template, status, time.perf_counter() - start)

@@ -1,0 +1,255 @@
+"""Request and response bodies of the REST API (pydantic), and row → JSON mapping.
+
+Request bodies reject unknown fields (``extra="forbid"``), so a typo such as
+``replayed_outptu`` is a 422 rather than a silently ignored field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from schemas import STREAM_ID_RE
+
+from .db import FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
+
+__all__ = [
+    "ErrorBody", "FindingOut", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary",
+    "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
+]
+
+MAX_SEQ = (1 << 63) - 1
+STREAM_PATTERN = "^" + STREAM_ID_RE.pattern + "$"
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="stable code: unauthorized, not_found, invalid_request, "
+                                   "unavailable, method_not_allowed, internal")
+    message: str = Field(description="what went wrong, for people")
+
+
+class VerifyRequest(BaseModel):
+    """The record, by ``stream`` + ``seq`` or by ``event_id``, and exactly one replayed value."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"stream": "acme:support.chat", "seq": 12, "replayed_output": "Hi!"},
+        {"event_id": "0190b6d2-7c3e-7a51-9f00-1234567890ab", "replayed_response_b64": "e30="},
+    ]})
+
+    stream: str | None = Field(None, pattern=STREAM_PATTERN, description="stream id of the record")
+    seq: int | None = Field(None, ge=1, le=MAX_SEQ, description="seq of the record in the stream")
+    event_id: str | None = Field(None, description="the capture's event id (UUID)")
+    replayed_output: str | None = Field(
+        None, description="re-executed output text; compared with output_digest = "
+                          "sha256(0x04 || utf8(text))")
+    replayed_response_b64: str | None = Field(
+        None, description="re-executed verbatim response body, base64 (standard alphabet); "
+                          "compared with response_digest = sha256(0x01 || bytes)")
+
+    _response: bytes | None = PrivateAttr(None)
+    _event_uuid: uuid.UUID | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _one_record_one_input(self) -> VerifyRequest:
+        if self.event_id is not None:
+            if self.stream is not None or self.seq is not None:
+                raise ValueError("name the record either by stream and seq or by event_id, "
+                                 "not both")
+            try:
+                self._event_uuid = uuid.UUID(self.event_id)
+            except ValueError:
+                raise ValueError(f"event_id {self.event_id[:64]!r} is not a UUID") from None
+        elif self.seq is not None and self.stream is None:
+            raise ValueError("seq needs stream: give both, or event_id instead")
+        elif self.stream is not None and self.seq is None:
+            raise ValueError("stream needs seq: give both, or event_id instead")
+        elif self.stream is None:
+            raise ValueError("name the record: give stream and seq, or event_id")
+        if (self.replayed_output is None) == (self.replayed_response_b64 is None):
+            raise ValueError("give exactly one of replayed_output (text) or "
+                             "replayed_response_b64 (base64 bytes)")
+        if self.replayed_output is not None:
+            try:
+                self.replayed_output.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("replayed_output contains a lone surrogate and has no UTF-8 "
+                                 "encoding; send the text as it was produced") from None
+        else:
+            try:
+                self._response = base64.b64decode(self.replayed_response_b64, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("replayed_response_b64 is not valid base64 (standard "
+                                 "alphabet A-Z a-z 0-9 + /, with = padding)") from None
+        return self
+
+    @property
+    def response_bytes(self) -> bytes | None:
+        return self._response
+
+    @property
+    def event_uuid(self) -> uuid.UUID | None:
+        return self._event_uuid
+
+
+class VerifyResponse(BaseModel):
+    match: bool
+    original_hash: str | None = Field(description="hex digest sealed in the record; null if "
+                                                  "the record has no digest of that kind")
+    replay_hash: str | None = Field(description="hex digest of the replayed value")
+    compared: Literal["output_digest", "response_digest"] | None
+    deterministic: bool | None = Field(description="true iff the original call sent a seed")
+    model_version: str | None = Field(description="the model that answered (response_model, "
+                                                  "else the requested model_id)")
+    stream: str | None
+    seq: int | None
+    reason: str | None = Field(description="null on a match; otherwise what differed and "
+                                           "what to do")
+
+
+class Provider(BaseModel):
+    name: str
+    endpoint: str
+    api_version: str | None
+
+
+class Replay(BaseModel):
+    seed: int | None
+    temperature: float | None
+    top_p: float | None
+    deterministic: bool
+
+
+class LogPosition(BaseModel):
+    partition: int
+    offset: int
+
+
+class RecordOut(BaseModel):
+    stream: str
+    seq: int
+    event_id: str
+    schema_version: str
+    occurred_at: str
+    occurred_at_us: int
+    captured_at: str
+    outcome: str
+    content_key: str
+    prev_digest: str
+    record_digest: str
+    response_digest: str | None
+    output_digest: str | None
+    input_digest: str | None
+    prompt_digest: str | None
+    provider: Provider
+    model_id: str | None
+    response_model: str | None
+    fingerprint: str | None
+    params: str | None
+    http_status: int | None
+    response_content_type: str | None
+    replay: Replay
+    request_policy: str
+    streamed: bool
+    closed_early: bool
+    writer_id: str
+    log: LogPosition
+    request_b64: str | None = Field(None, description="only with ?include=bytes")
+    response_b64: str | None = Field(None, description="only with ?include=bytes")
+    error_b64: str | None = Field(None, description="only with ?include=bytes")
+    record_b64: str | None = Field(None, description="the log message verbatim (single-object "
+                                                     "Avro); only with ?include=bytes")
+
+
+class RecordPage(BaseModel):
+    stream: str
+    records: list[RecordOut]
+    next_after_seq: int | None = Field(description="pass as after_seq for the next page; "
+                                                   "null on the last page")
+
+
+class StreamSummary(BaseModel):
+    stream: str
+    head_seq: int
+    head_digest: str
+    record_count: int
+    first_at: str
+    last_at: str
+
+
+class StreamList(BaseModel):
+    streams: list[StreamSummary]
+    next_after: str | None = Field(description="pass as after for the next page; null on "
+                                               "the last page")
+
+
+class FindingOut(BaseModel):
+    id: int
+    stream: str | None
+    seq: int | None
+    kind: str
+    detail: str
+    log_partition: int | None
+    log_offset: int | None
+    found_at: str
+
+
+class StreamDetail(StreamSummary):
+    findings_count: int
+    findings: list[FindingOut]
+
+
+def _hex(b: Any) -> str | None:
+    return None if b is None else bytes(b).hex()
+
+
+def _b64(b: Any) -> str | None:
+    return None if b is None else base64.b64encode(bytes(b)).decode("ascii")
+
+
+_DIGESTS = ("content_key", "prev_digest", "record_digest", "response_digest", "output_digest",
+            "input_digest", "prompt_digest")
+
+
+def record_dict(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A ``records`` row (``META_COLUMNS``, then optionally ``BYTES_COLUMNS``) as JSON."""
+    r = dict(zip(META_COLUMNS, row))
+    out: dict[str, Any] = {
+        "stream": r["stream"], "seq": r["seq"], "event_id": str(r["event_id"]),
+        "schema_version": r["schema_version"], "occurred_at": r["occurred_at"].isoformat(),
+        "occurred_at_us": r["occurred_at_us"], "captured_at": r["captured_at"].isoformat(),
+        "outcome": r["outcome"],
+    }
+    for name in _DIGESTS:
+        out[name] = _hex(r[name])
+    out["provider"] = {"name": r["provider_name"], "endpoint": r["provider_endpoint"],
+                       "api_version": r["provider_api_version"]}
+    for name in ("model_id", "response_model", "fingerprint", "params", "http_status",
+                 "response_content_type"):
+        out[name] = r[name]
+    out["replay"] = {"seed": r["seed"], "temperature": r["temperature"], "top_p": r["top_p"],
+                     "deterministic": r["deterministic"]}
+    for name in ("request_policy", "streamed", "closed_early", "writer_id"):
+        out[name] = r[name]
+    out["log"] = {"partition": r["log_partition"], "offset": r["log_offset"]}
+    if len(row) > len(META_COLUMNS):
+        request, response, error, record = row[len(META_COLUMNS):]
+        out.update(request_b64=_b64(request), response_b64=_b64(response),
+                   error_b64=_b64(error), record_b64=_b64(record))
+    return out
+
+
+def head_dict(row: tuple[Any, ...]) -> dict[str, Any]:
+    h = dict(zip(HEAD_COLUMNS, row))
+    return {"stream": h["stream"], "head_seq": h["seq"], "head_digest": h["record_digest"].hex(),
+            "record_count": h["record_count"], "first_at": h["first_at"].isoformat(),
+            "last_at": h["last_at"].isoformat()}
+
+
+def finding_dict(row: tuple[Any, ...]) -> dict[str, Any]:
+    f = dict(zip(FINDING_COLUMNS, row))
+    f["found_at"] = f["found_at"].isoformat()
+    return f

@@ -1,0 +1,176 @@
+"""Replay verification: compare a re-execution with what a record sealed (pure).
+
+A caller re-executes a recorded call somewhere else (a harness, an auditor's sandbox) and hands
+over what came back; :func:`verify` hashes it with the record contract's digest functions and
+compares it with the digest the record carries:
+
+    replayed_output   (text)   output_digest   = sha256(0x04 || utf8(text))
+    replayed_response (bytes)  response_digest = sha256(0x01 || bytes)
+
+A mismatch is an answer, not an error: :func:`verify` never raises and returns a
+:class:`VerifyResult` for any input, hostile ones included, so the API can always answer 200
+when the record exists. ``reason`` is None on a match and otherwise says what differed and what
+to do next: a deterministic record (a seed was sent) should be re-executed against the same
+model version; a non-deterministic one is expected to drift; a record without the digest being
+compared cannot be verified that way at all.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, fields
+from typing import Any
+
+from schemas import output_digest, response_digest
+
+__all__ = ["Original", "VerifyResult", "verify"]
+
+OUTPUT, RESPONSE = "output_digest", "response_digest"
+
+# Outcomes as counted by the API's metrics.
+MATCH, MISMATCH, NO_DIGEST, INVALID = "match", "mismatch", "no_digest", "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Original:
+    """What verification needs of a sealed record (a slice of a ``records`` row)."""
+
+    stream: str | None = None
+    seq: int | None = None
+    output_digest: bytes | None = None
+    response_digest: bytes | None = None
+    deterministic: bool | None = None
+    seed: int | None = None
+    model_version: str | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """The verdict; ``compared`` names the digest compared (None if the input was unusable)."""
+
+    match: bool
+    original_hash: str | None
+    replay_hash: str | None
+    compared: str | None
+    deterministic: bool | None
+    model_version: str | None
+    stream: str | None
+    seq: int | None
+    reason: str | None
+
+    @property
+    def outcome(self) -> str:
+        """``match``, ``mismatch``, ``no_digest`` or ``invalid`` (for metrics)."""
+        if self.match:
+            return MATCH
+        if self.compared is None or self.replay_hash is None:
+            return INVALID
+        return NO_DIGEST if self.original_hash is None else MISMATCH
+
+    def to_dict(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: that deep-copies, and this runs on every verify request.
+        return {name: getattr(self, name) for name in _RESULT_FIELDS}
+
+
+_RESULT_FIELDS = tuple(f.name for f in fields(VerifyResult))
+
+
+def _is_digest(value: object, size: int) -> bool:
+    return isinstance(value, (bytes, bytearray, memoryview)) and len(value) == size
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _opt_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_bool(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def verify(original: object, replayed_output: object = None,
+           replayed_response: object = None) -> VerifyResult:
+    """Compare exactly one of ``replayed_output`` (str) or ``replayed_response`` (bytes) with
+    the matching digest of ``original`` (an :class:`Original`, or anything with its
+    attributes). Never raises."""
+    try:
+        return _verify(original, replayed_output, replayed_response)
+    except Exception as e:  # noqa: BLE001 - the contract is "never raises"; say what broke
+        return VerifyResult(False, None, None, None, None, None, None, None,
+                            f"verification could not run: {type(e).__name__}")
+
+
+def _verify(original: object, replayed_output: object, replayed_response: object) -> VerifyResult:
+    stream = _opt_str(getattr(original, "stream", None))
+    seq = _opt_int(getattr(original, "seq", None))
+    deterministic = _opt_bool(getattr(original, "deterministic", None))
+    model_version = _opt_str(getattr(original, "model_version", None))
+    seed = _opt_int(getattr(original, "seed", None))
+    outcome = _opt_str(getattr(original, "outcome", None))
+
+    def result(match: bool, original_hash: str | None, replay_hash: str | None,
+               compared: str | None, reason: str | None) -> VerifyResult:
+        return VerifyResult(match, original_hash, replay_hash, compared, deterministic,
+                            model_version, stream, seq, reason)
+
+    if (replayed_output is None) == (replayed_response is None):
+        return result(False, None, None, None,
+                      "give exactly one of replayed_output (text) or replayed_response (bytes)")
+
+    # 1. Hash what the caller replayed, with the contract's own digest function.
+    if replayed_output is not None:
+        compared, kind = OUTPUT, "output"
+        if not isinstance(replayed_output, str):
+            return result(False, None, None, compared,
+                          f"replayed_output must be text, not {type(replayed_output).__name__}")
+        try:
+            replay = output_digest(replayed_output)
+        except UnicodeEncodeError:
+            return result(False, None, None, compared,
+                          "replayed_output is not valid Unicode text (it contains a lone "
+                          "surrogate) and has no UTF-8 encoding to hash")
+        sealed = getattr(original, "output_digest", None)
+    else:
+        compared, kind = RESPONSE, "response"
+        if not isinstance(replayed_response, (bytes, bytearray, memoryview)):
+            return result(False, None, None, compared,
+                          f"replayed_response must be bytes, not {type(replayed_response).__name__}")
+        replay = response_digest(replayed_response)
+        sealed = getattr(original, "response_digest", None)
+    replay_hash = replay.hex()
+
+    # 2. The record may not carry that digest at all (a failed call, or no extracted output).
+    if not _is_digest(sealed, len(replay)):
+        why = f" (outcome {outcome})" if outcome and outcome != "COMMITTED" else ""
+        if kind == "output":
+            other, other_input = getattr(original, "response_digest", None), "replayed_response_b64"
+        else:
+            other, other_input = getattr(original, "output_digest", None), "replayed_output"
+        hint = (f"; it has the other digest, so compare {other_input} instead"
+                if _is_digest(other, len(replay)) else "; it has no digest to compare at all")
+        return result(False, None, replay_hash, compared,
+                      f"the record has no {compared}{why}, so a replayed {kind} cannot be "
+                      f"verified against it{hint}")
+    sealed = bytes(sealed)
+    original_hash = sealed.hex()
+
+    # 3. Compare. Digests are public, but compare_digest costs nothing and removes the question.
+    if hmac.compare_digest(sealed, replay):
+        return result(True, original_hash, replay_hash, compared, None)
+    if deterministic:
+        model = model_version or "not recorded"
+        seed_text = f" (seed {seed})" if seed is not None else ""
+        reason = (f"{compared} mismatch: the record is deterministic{seed_text}; re-execute "
+                  f"against the same model version ({model}) with the same seed and "
+                  f"parameters before treating this as a difference")
+    else:
+        reason = (f"{compared} mismatch: the original call recorded no seed "
+                  f"(deterministic=false), so replay drift is expected")
+    if kind == "response":
+        reason += ("; response bodies also carry per-call ids and timestamps, so compare "
+                   "replayed_output to check the model's text")
+    return result(False, original_hash, replay_hash, compared, reason)

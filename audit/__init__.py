@@ -1,0 +1,14 @@
+"""Verification: anyone can recompute every digest and the chain from the log and schemas/.
+
+- :class:`LogAuditor`, :func:`compare_projection`, :class:`Finding`, ``KINDS`` — the pure
+  verification core (``audit.verify``).
+- :func:`run_audit` / :class:`AuditReport` — the log from offset 0, the writer's heads, then
+  the live projection (``audit.run``); ``evidence audit`` on the command line.
+"""
+
+from audit.errors import AuditError
+from audit.run import AuditReport, run_audit
+from audit.verify import KINDS, Finding, LogAuditor, compare_projection
+
+__all__ = ["KINDS", "AuditError", "AuditReport", "Finding", "LogAuditor", "compare_projection",
+           "run_audit"]

@@ -1,0 +1,7 @@
+"""Errors of the audit."""
+
+from schemas.errors import EvidenceError
+
+
+class AuditError(EvidenceError):
+    """The audit could not run (Kafka or PostgreSQL unreachable, a topic missing)."""

@@ -1,0 +1,118 @@
+"""Reading the log and the writer's heads straight from Kafka (the audit's only Kafka module).
+
+The audit never trusts the projections for the chain: it reads ``<prefix>.log`` itself,
+read_committed, from offset 0 of every partition to the end it finds when it starts.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable, Iterator
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from audit.errors import AuditError
+from schemas import DecodeError, decode
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"evidence-audit-{uuid.uuid4().hex[:8]}",  # never committed
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 32 * 1024 * 1024,
+    })
+
+
+def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
+               progress: Callable[[int, int], None] | None = None
+               ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """Yield ``(partition, offset, key, value)`` of every committed message, partition by
+    partition interleaved in fetch order (offset order within a partition)."""
+    c = _consumer(bootstrap)
+    try:
+        md = c.list_topics(topic, timeout=15).topics.get(topic)
+        if md is None or md.error is not None:
+            raise AuditError(f"topic {topic} does not exist on {bootstrap}")
+        parts = sorted(md.partitions)
+        total = 0
+        ends = {}
+        for p in parts:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
+            ends[p] = high
+            total += max(0, high - low)
+        pending = {p for p in parts if ends[p] > 0}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        done = 0
+        last_progress = time.monotonic()
+        while pending:
+            msgs = c.consume(1000, timeout=0.5)
+            if not msgs and time.monotonic() - last_progress > idle_timeout:
+                raise AuditError(
+                    f"reading {topic} stalled at partitions {sorted(pending)} for "
+                    f"{idle_timeout:.0f} s (an open transaction holds the stable offset back?)")
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(m.partition())
+                        continue
+                    raise AuditError(f"reading {topic}: {err}") from KafkaException(err)
+                last_progress = time.monotonic()
+                done += 1
+                if m.offset() + 1 >= ends[m.partition()]:
+                    pending.discard(m.partition())
+                yield m.partition(), m.offset(), m.key(), m.value()
+            if progress is not None:
+                progress(done, total)
+    except KafkaException as e:
+        raise AuditError(f"Kafka at {bootstrap}: {e.args[0]}") from e
+    finally:
+        c.close()
+
+
+def read_heads(bootstrap: str, topic: str) -> dict[str, tuple[int, bytes]]:
+    """The writer's latest head per stream from ``<prefix>.writer-state`` (last value wins)."""
+    heads: dict[str, tuple[int, bytes]] = {}
+    for _p, _o, key, value in read_topic(bootstrap, topic):
+        if value is None:  # a tombstone
+            if key is not None:
+                heads.pop(key.decode(errors="replace"), None)
+            continue
+        try:
+            name, head = decode(value)
+        except DecodeError:
+            continue
+        if name == "WriterHead":
+            heads[head["stream"]] = (head["seq"], bytes(head["record_digest"]))
+    return heads
+
+
+def fetch_message(bootstrap: str, topic: str, partition: int, offset: int,
+                  timeout: float = 15.0) -> bytes:
+    """The committed message at ``partition``/``offset`` of ``topic``, verbatim."""
+    c = _consumer(bootstrap)
+    try:
+        c.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                raise AuditError(f"reading {topic}[{partition}]@{offset}: {m.error()}")
+            if m.offset() == offset:
+                return m.value()
+            break
+        raise AuditError(f"{topic} has no committed message at partition {partition} "
+                         f"offset {offset}")
+    except KafkaException as e:
+        raise AuditError(f"Kafka at {bootstrap}: {e.args[0]}") from e
+    finally:
+        c.close()

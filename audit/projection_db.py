@@ -1,0 +1,47 @@
+"""Reading the live projection for comparison with the log (the audit's only psycopg module)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import psycopg
+
+from audit.errors import AuditError
+from projections.rows import RECORD_COLUMNS, record_row
+from schemas import DecodeError
+
+
+def projection_rows(database_url: str, views: str = "evidence", stream: str | None = None
+                    ) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...] | None]]:
+    """Yield ``(row, recomputed)`` for every row of ``<views>.records`` (or one stream's)."""
+    cols = ", ".join(RECORD_COLUMNS)
+    where, params = ("where stream = %s", (stream,)) if stream else ("", ())
+    try:
+        with psycopg.connect(database_url) as conn:
+            # A server-side cursor: a large projection is streamed, not loaded.
+            with conn.cursor(name="audit_rows") as cur:
+                cur.itersize = 2000
+                cur.execute(f'select {cols} from "{views}".records {where} '
+                            f"order by log_partition, log_offset", params)
+                for row in cur:
+                    try:
+                        recomputed = record_row(bytes(row[-1]), row[0], row[1])
+                    except DecodeError:
+                        recomputed = None
+                    yield row, recomputed
+    except psycopg.Error as e:
+        raise AuditError(f"PostgreSQL: {e}") from e
+
+
+def locate(database_url: str, stream: str, seq: int, views: str = "evidence"
+           ) -> tuple[int, int] | None:
+    """The log position of ``stream`` #``seq`` (the first, if the log holds it twice)."""
+    try:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute(
+                f'select log_partition, log_offset from "{views}".records '
+                "where stream = %s and seq = %s order by log_partition, log_offset limit 1",
+                (stream, seq)).fetchone()
+    except psycopg.Error as e:
+        raise AuditError(f"PostgreSQL: {e}") from e
+    return (row[0], row[1]) if row else None

@@ -1,0 +1,181 @@
+"""``evidence replay``: verify a re-executed call against its sealed record, via the API.
+
+Calls ``POST /replay/verify`` and prints a verdict block, or the API's JSON with ``--json``.
+Never calls a model provider: the caller re-executes elsewhere and hands over the result.
+
+Exit codes: 0 match; 1 the record, the file or the API is missing or unreachable (or the key
+is rejected); 2 usage error; 3 mismatch (including a record without the digest compared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from typing import Any
+
+HELP = "verify a replayed output or response against its sealed record (exit 3 on mismatch)"
+
+EXIT_MATCH, EXIT_MISSING, EXIT_USAGE, EXIT_MISMATCH = 0, 1, 2, 3
+
+_EPILOG = """\
+Name the record by --stream and --seq, or by --event-id; give the replayed value as
+--output TEXT, --output-file F (UTF-8 text, compared verbatim: a trailing newline counts) or
+--response-file F (the raw response body, compared with the record's response_digest).
+
+The API and key default to $EVIDENCE_API_URL and $EVIDENCE_API_KEY, else to .stack/env
+(written by `make up`).
+
+exit codes: 0 match, 1 record/file/API missing or unreachable, 2 usage error, 3 mismatch
+
+examples:
+  evidence replay --stream acme:support.chat --seq 12 --output "the replayed answer"
+  evidence replay --event-id 0190b6d2-7c3e-7a51-9f00-1234567890ab --output-file replay.txt
+  evidence replay --stream acme:support.chat --seq 12 --response-file body.json --json
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = _EPILOG
+    rec = p.add_argument_group("record (either --stream with --seq, or --event-id)")
+    rec.add_argument("--stream", help="stream id of the record, e.g. acme:support.chat")
+    rec.add_argument("--seq", type=int, help="seq of the record in --stream (1-based)")
+    rec.add_argument("--event-id", help="the capture's event id (UUID) instead of stream/seq")
+    val = p.add_argument_group("replayed value (exactly one)")
+    val.add_argument("--output", metavar="TEXT", help="the re-executed output text")
+    val.add_argument("--output-file", metavar="F",
+                     help="file holding the re-executed output text (UTF-8, verbatim)")
+    val.add_argument("--response-file", metavar="F",
+                     help="file holding the re-executed raw response body (bytes)")
+    p.add_argument("--api", metavar="URL",
+                   help="API base URL (default $EVIDENCE_API_URL, else .stack/env)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="API key (default $EVIDENCE_API_KEY, else .stack/env)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for the API (default 10)")
+    p.add_argument("--json", action="store_true",
+                   help="print the API's JSON answer instead of the verdict block")
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"evidence replay: {message}", file=sys.stderr)
+    return code
+
+
+def _defaults() -> dict[str, str]:
+    try:
+        from devstack import StackConfig, read_env
+
+        return read_env(StackConfig.from_env())
+    except Exception:  # noqa: BLE001 - no stack file is fine; flags and env still work
+        return {}
+
+
+def _usage_error(args: argparse.Namespace) -> str | None:
+    if args.event_id is not None:
+        if args.stream is not None or args.seq is not None:
+            return "name the record either by --stream and --seq or by --event-id, not both"
+    elif args.seq is not None and args.stream is None:
+        return "--seq needs --stream (or use --event-id)"
+    elif args.stream is not None and args.seq is None:
+        return "--stream needs --seq (or use --event-id)"
+    elif args.stream is None:
+        return "name the record: --stream S --seq N, or --event-id E"
+    if args.seq is not None and args.seq < 1:
+        return f"--seq must be 1 or more, got {args.seq}"
+    given = [n for n in ("output", "output_file", "response_file") if getattr(args, n) is not None]
+    if len(given) != 1:
+        which = "neither" if not given else "more than one"
+        return (f"give exactly one of --output TEXT, --output-file F or --response-file F "
+                f"({which} given)")
+    return None
+
+
+def _request_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The verify body; raises OSError/UnicodeDecodeError for an unreadable file."""
+    body: dict[str, Any] = ({"event_id": args.event_id} if args.event_id is not None
+                            else {"stream": args.stream, "seq": args.seq})
+    if args.output is not None:
+        body["replayed_output"] = args.output
+    elif args.output_file is not None:
+        with open(args.output_file, "rb") as f:
+            body["replayed_output"] = f.read().decode("utf-8")
+    else:
+        with open(args.response_file, "rb") as f:
+            body["replayed_response_b64"] = base64.b64encode(f.read()).decode("ascii")
+    return body
+
+
+def _verdict(answer: dict[str, Any]) -> str:
+    def show(v: Any) -> str:
+        if v is None:
+            return "-"
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    head = "MATCH" if answer.get("match") else "MISMATCH"
+    lines = [f"=== Replay {head} (stream={answer.get('stream')} seq={answer.get('seq')}) ==="]
+    for label, key in (("compared", "compared"), ("original_hash", "original_hash"),
+                       ("replay_hash", "replay_hash"), ("deterministic", "deterministic"),
+                       ("model_version", "model_version"), ("reason", "reason")):
+        lines.append(f"  {label + ':':<15} {show(answer.get(key))}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _usage_error(args)
+    if problem:
+        return _fail(EXIT_USAGE, problem + "; see `evidence replay --help`")
+    stack = None
+    api = args.api or os.environ.get("EVIDENCE_API_URL")
+    key = args.api_key or os.environ.get("EVIDENCE_API_KEY")
+    if not api or not key:
+        stack = _defaults()
+        api = api or stack.get("EVIDENCE_API_URL")
+        key = key or stack.get("EVIDENCE_API_KEY")
+    if not api:
+        return _fail(EXIT_MISSING, "no API URL: pass --api URL, set EVIDENCE_API_URL, or run "
+                                   "`make up` (it writes .stack/env)")
+    if not key:
+        return _fail(EXIT_MISSING, "no API key: pass --api-key, set EVIDENCE_API_KEY, or run "
+                                   "`make up` (it writes .stack/env)")
+    try:
+        body = _request_body(args)
+    except FileNotFoundError as e:
+        return _fail(EXIT_MISSING, f"no such file: {e.filename}")
+    except UnicodeDecodeError:
+        return _fail(EXIT_MISSING, f"{args.output_file} is not UTF-8 text; pass the raw "
+                                   f"response body with --response-file instead")
+    except OSError as e:
+        return _fail(EXIT_MISSING, f"cannot read {e.filename}: {e.strerror}")
+
+    import httpx
+
+    url = api.rstrip("/") + "/replay/verify"
+    try:
+        r = httpx.post(url, json=body, timeout=args.timeout,
+                       headers={"Authorization": f"Bearer {key}"})
+    except httpx.HTTPError as e:
+        return _fail(EXIT_MISSING, f"cannot reach the API at {api} ({type(e).__name__}: {e}); "
+                                   f"is it running? `make up` starts it")
+    try:
+        answer = r.json()
+    except ValueError:
+        answer = None
+    if r.status_code != 200 or not isinstance(answer, dict) or "match" not in answer:
+        message = answer.get("message") if isinstance(answer, dict) else None
+        message = message or r.text[:200] or r.reason_phrase
+        if args.json and isinstance(answer, dict):
+            print(json.dumps(answer, indent=2))
+        if r.status_code == 404:
+            return _fail(EXIT_MISSING, f"{message}; check the stream/seq or event id, and "
+                                       f"that the API key may read that stream")
+        if r.status_code == 401:
+            return _fail(EXIT_MISSING, f"{message}; pass --api-key or set EVIDENCE_API_KEY")
+        if r.status_code == 422:
+            return _fail(EXIT_USAGE, f"the API rejected the request: {message}")
+        return _fail(EXIT_MISSING, f"the API answered {r.status_code}: {message}")
+    print(json.dumps(answer, indent=2) if args.json else _verdict(answer))
+    return EXIT_MATCH if answer["match"] else EXIT_MISMATCH

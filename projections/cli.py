@@ -1,0 +1,59 @@
+"""``evidence projector``: run the projector until SIGTERM (or Ctrl-C), then exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from .config import ProjectorConfig
+from .logs import log
+
+HELP = "project the log into PostgreSQL (the live generation) until stopped"
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags shared by ``projector`` and ``projections``; each defaults to its env var."""
+    p.add_argument("--database-url", dest="database_url",
+                   help="PostgreSQL URL (env EVIDENCE_DATABASE_URL)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (env EVIDENCE_KAFKA_BOOTSTRAP)")
+    p.add_argument("--topic-prefix", dest="topic_prefix",
+                   help="topic prefix; the log is <prefix>.log (env EVIDENCE_TOPIC_PREFIX)")
+    p.add_argument("--meta-schema", dest="meta_schema",
+                   help="schema of the generations and live tables "
+                        "(env EVIDENCE_PG_META_SCHEMA, default evidence_meta)")
+    p.add_argument("--views-schema", dest="views_schema",
+                   help="schema of the stable views (env EVIDENCE_PG_VIEWS_SCHEMA, "
+                        "default evidence)")
+    p.add_argument("--generation-prefix", dest="generation_prefix",
+                   help="generation schema prefix (env EVIDENCE_PG_GENERATION_PREFIX, "
+                        "default evidence_g)")
+    p.add_argument("--batch", dest="batch_max_messages", type=int,
+                   help="max messages per batch transaction (env EVIDENCE_PROJECTOR_BATCH)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_common_arguments(p)
+    p.add_argument("--metrics-port", dest="metrics_port", type=int,
+                   help="Prometheus /metrics port, 0 disables "
+                        "(env EVIDENCE_PROJECTOR_METRICS_PORT, default 9465)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .metrics import ProjectorMetrics
+    from .service import Projector
+
+    cfg = ProjectorConfig.from_env().with_args(args)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # Only a flag: the batch transaction in flight finishes, then the loop ends.
+        log("info", "stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    metrics = ProjectorMetrics()
+    metrics.serve(cfg.metrics_port)
+    Projector(cfg, metrics).run(stop.is_set)
+    return 0

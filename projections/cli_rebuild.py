@@ -1,0 +1,88 @@
+"""``evidence projections rebuild|status``.
+
+Exit codes: 0 done, 1 could not run, 3 the rebuilt generation disagrees with the live one
+(nothing swapped; both kept; the differences are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+
+from .cli import add_common_arguments
+from .config import ProjectorConfig
+
+HELP = "rebuild the PostgreSQL projections from offset 0 (blue/green), or show their status"
+EXIT_OK, EXIT_MISMATCH = 0, 3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="projections_command", required=True)
+    rb = sub.add_parser("rebuild", help="build a fresh generation from offset 0, check, swap")
+    add_common_arguments(rb)
+    rb.add_argument("--in-place", action="store_true",
+                    help="drop the live generation and rebuild it without blue/green")
+    rb.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    st = sub.add_parser("status", help="generations, positions and lag")
+    add_common_arguments(st)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = ProjectorConfig.from_env().with_args(args)
+    if args.projections_command == "rebuild":
+        return _rebuild(cfg, args)
+    return _status(cfg)
+
+
+def _rebuild(cfg: ProjectorConfig, args: argparse.Namespace) -> int:
+    from .errors import RebuildMismatch
+    from .rebuild import rebuild
+
+    try:
+        r = rebuild(cfg, in_place=args.in_place, show_progress=not args.no_progress)
+    except RebuildMismatch as e:
+        print(f"rebuild: {e.generation} disagrees with the live generation {e.live}; "
+              f"not swapped, both kept:")
+        for d in e.differences:
+            print(f"  {d}")
+        return EXIT_MISMATCH
+    rate = r.records / r.seconds if r.seconds else 0.0
+    how = "in place" if args.in_place else f"checked {r.checked_streams} streams, swapped"
+    print(f"rebuild: {r.generation} is live ({how}); {r.records} records in "
+          f"{r.seconds:.1f} s ({rate:,.0f} records/s)"
+          + (f"; dropped {r.previous}" if r.dropped else ""))
+    for w in r.warnings:
+        print(f"rebuild: warning: {w}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _status(cfg: ProjectorConfig) -> int:
+    from .store import Store
+
+    with Store(cfg) as store:
+        live = store.live_generation(create=False)
+        gens = store.generations()
+        if not gens:
+            print(f"no generations in {cfg.meta_schema}")
+            return EXIT_OK
+        print(f"{'generation':<24} {'state':<9} {'records':>10} {'lag':>8}  created")
+        details = []
+        for name, state, created, _swapped in gens:
+            count, pos = store.generation_status(name)
+            lag = sum(max(0, hwm - nxt) for _t, _p, nxt, hwm, _u in pos)
+            mark = " *" if name == live else ""
+            print(f"{name + mark:<24} {state:<9} {count:>10} {lag:>8}  {_ts(created)}")
+            details.append((name, pos))
+        for name, pos in details:
+            print(f"\npositions of {name}:")
+            print(f"  {'topic':<28} {'part':>4} {'next_offset':>12} {'high_watermark':>15} "
+                  f"{'lag':>8}  updated")
+            for topic, part, nxt, hwm, updated in pos:
+                print(f"  {topic:<28} {part:>4} {nxt:>12} {hwm:>15} {max(0, hwm - nxt):>8}  "
+                      f"{_ts(updated)}")
+    return EXIT_OK
+
+
+def _ts(t: datetime | None) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if t else "-"

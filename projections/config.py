@@ -1,0 +1,99 @@
+"""Settings of the projector and of rebuilds: a frozen dataclass from ``EVIDENCE_*`` and flags.
+
+Flags win over env vars, env vars over defaults. Every name the projections put in the
+database is configurable (meta schema, views schema, generation prefix) so tests and
+side-by-side stacks isolate themselves.
+
+Why ``batch_max_messages=5000``: a batch is one PostgreSQL transaction (one COPY, a few
+upserts, one commit); at 1 KiB records that is ~10 MB, large enough that the commit and the
+per-batch queries are a small share of the time during a rebuild, and small enough that a
+discarded batch (generation swap, kill -9) is cheap to redo. When the log is quiet a batch
+is whatever arrived within ``poll_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from topics import TopicNames, TopicSettings
+
+from .errors import ProjectionError
+
+__all__ = ["ProjectorConfig"]
+
+_NAME_RE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
+
+
+@dataclass(frozen=True)
+class ProjectorConfig:
+    """Everything the projector and a rebuild need; see the module docstring."""
+
+    database_url: str = "postgresql://evidence:evidence@127.0.0.1:5432/evidence"
+    bootstrap: str = "127.0.0.1:9092"
+    topics: TopicSettings = field(default_factory=TopicSettings)
+    meta_schema: str = "evidence_meta"
+    views_schema: str = "evidence"
+    generation_prefix: str = "evidence_g"
+    batch_max_messages: int = 5000
+    poll_timeout_s: float = 0.5
+    idle_update_s: float = 1.0
+    """How often an idle projector refreshes high watermarks and checks for a swap."""
+    metrics_port: int = 9465
+    """Prometheus /metrics port; 0 disables the endpoint."""
+    drop_lock_timeout_ms: int = 2000
+    drop_attempts: int = 30
+
+    @property
+    def log_topic(self) -> str:
+        return self.topics.names.log
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProjectorConfig":
+        env = os.environ if environ is None else environ
+        overrides: dict[str, object] = {"topics": TopicSettings.from_env(dict(env))}
+        for name, (var, conv) in _ENV.items():
+            if env.get(var, "") != "":
+                overrides[name] = conv(env[var])
+        return replace(cls(), **overrides)
+
+    def with_args(self, args: object) -> "ProjectorConfig":
+        """Apply the CLI flags that were given (argparse leaves the others None)."""
+        cfg = replace(self, **{name: getattr(args, name) for name in _ENV
+                               if getattr(args, name, None) is not None})
+        prefix = getattr(args, "topic_prefix", None)
+        if prefix:
+            cfg = replace(cfg, topics=replace(cfg.topics, names=TopicNames(prefix)))
+        return cfg.checked()
+
+    def checked(self) -> "ProjectorConfig":
+        """Return self, or raise ``ProjectionError`` for names unsafe to put in SQL."""
+        for label, value in (("meta schema", self.meta_schema),
+                             ("views schema", self.views_schema),
+                             ("generation prefix", self.generation_prefix)):
+            if not _NAME_RE.fullmatch(value):
+                raise ProjectionError(f"{label} {value!r} must match {_NAME_RE.pattern}")
+        if self.batch_max_messages < 1:
+            raise ProjectionError("batch size must be at least 1")
+        return self
+
+    def env(self) -> dict[str, str]:
+        """The environment that makes a child process use this configuration."""
+        return {"EVIDENCE_DATABASE_URL": self.database_url,
+                "EVIDENCE_KAFKA_BOOTSTRAP": self.bootstrap,
+                "EVIDENCE_TOPIC_PREFIX": self.topics.names.prefix,
+                **{var: str(getattr(self, name)) for name, (var, _) in _ENV.items()
+                   if name not in ("database_url", "bootstrap")}}
+
+
+_ENV = {
+    "database_url": ("EVIDENCE_DATABASE_URL", str),
+    "bootstrap": ("EVIDENCE_KAFKA_BOOTSTRAP", str),
+    "meta_schema": ("EVIDENCE_PG_META_SCHEMA", str),
+    "views_schema": ("EVIDENCE_PG_VIEWS_SCHEMA", str),
+    "generation_prefix": ("EVIDENCE_PG_GENERATION_PREFIX", str),
+    "batch_max_messages": ("EVIDENCE_PROJECTOR_BATCH", int),
+    "metrics_port": ("EVIDENCE_PROJECTOR_METRICS_PORT", int),
+}

@@ -1,0 +1,81 @@
+"""The projections' errors, under the project's root ``schemas.EvidenceError``.
+
+    EvidenceError
+    └── ProjectionError            the projector or a rebuild cannot go on
+        ├── StoreError             a PostgreSQL error; keeps its SQLSTATE (``.sqlstate``)
+        ├── LogError               a Kafka client error; keeps librdkafka's code (``.code``)
+        ├── GenerationChanged      the live generation is not the one being written (signal)
+        ├── PositionsMoved         stored positions are not where this writer left them (signal)
+        ├── RebuildBusy            another rebuild holds the rebuild lock
+        └── RebuildMismatch        a rebuilt generation disagrees with the live one; no swap
+
+psycopg errors are translated in ``projections.store`` and confluent-kafka errors in
+``projections.service``, each in one context manager. ``GenerationChanged`` and
+``PositionsMoved`` are how the store tells the loop to discard a batch and re-seek; the loop
+catches them, they never reach a user.
+"""
+
+from __future__ import annotations
+
+from schemas import EvidenceError
+
+__all__ = [
+    "GenerationChanged",
+    "LogError",
+    "PositionsMoved",
+    "ProjectionError",
+    "RebuildBusy",
+    "RebuildMismatch",
+    "StoreError",
+]
+
+
+class ProjectionError(EvidenceError):
+    """Root of the projections' errors."""
+
+
+class StoreError(ProjectionError):
+    """A PostgreSQL error; ``sqlstate`` is PostgreSQL's code (None for connection errors)."""
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(f"{message} [SQLSTATE {sqlstate}]" if sqlstate else message)
+        self.sqlstate = sqlstate
+
+
+class LogError(ProjectionError):
+    """A Kafka client error; ``code``/``name`` are librdkafka's."""
+
+    def __init__(self, message: str, *, code: int | None = None, name: str | None = None) -> None:
+        super().__init__(f"{message} [{name} ({code})]" if name else message)
+        self.code = code
+        self.name = name
+
+
+class GenerationChanged(ProjectionError):
+    """The live generation is now ``generation``; the batch in flight was rolled back."""
+
+    def __init__(self, generation: str | None) -> None:
+        super().__init__(f"live generation is now {generation!r}")
+        self.generation = generation
+
+
+class PositionsMoved(ProjectionError):
+    """Another writer advanced this generation's positions; re-seek to ``positions``."""
+
+    def __init__(self, positions: dict[int, int]) -> None:
+        super().__init__(f"stored positions moved to {positions}")
+        self.positions = positions
+
+
+class RebuildBusy(ProjectionError):
+    """Another rebuild of the same meta schema is running."""
+
+
+class RebuildMismatch(ProjectionError):
+    """The rebuilt generation disagrees with the live one; both are kept, nothing swapped."""
+
+    def __init__(self, generation: str, live: str, differences: list[str]) -> None:
+        super().__init__(f"{generation} disagrees with live {live}: {len(differences)} differences")
+        self.generation = generation
+        self.live = live
+        self.differences = differences

@@ -1,0 +1,53 @@
+"""The export's VERIFY.md commands, run with standard tools, recompute every digest."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from audit.export import build_export
+from schemas import GENESIS, encode, output_digest, seal
+from tests.unit.test_audit_verify import WRITER, body, chain
+
+
+def _write(tmp_path, files):
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+
+
+def _commands(md: str) -> list[tuple[str, str]]:
+    return re.findall(r"```sh\n(.*?)\n```\n\nexpected: `([0-9a-f]+)`", md, flags=re.S)
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_every_command_prints_its_expected_digest(tmp_path, shell):
+    recs = chain("acme:bot", 3)
+    b = body("acme:bot", 9)
+    b["output_digest"] = output_digest("Grüße, world")
+    rec = seal(b, 3, recs[-1]["seal"]["record_digest"], 1_800_000_000_123_456, WRITER, 2, 77)
+    files, checks = build_export(encode("EvidenceRecord", rec), 2, 77, output_text="Grüße, world")
+    _write(tmp_path, files)
+    md = files["VERIFY.md"].decode()
+    cmds = _commands(md)
+    assert len(cmds) == len(checks) == 7
+    for command, expected in cmds:
+        out = subprocess.run([shell, "-c", command], cwd=tmp_path, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        assert out == expected, command
+    assert rec["seal"]["prev_digest"].hex() in md
+
+
+def test_a_tampered_export_fails_its_commands(tmp_path):
+    rec = seal(body("s", 0), 0, GENESIS, 1, WRITER, 0, 0)
+    files, _ = build_export(encode("EvidenceRecord", rec), 0, 0)
+    files["response.bin"] = files["response.bin"] + b" "
+    body_avro = bytearray(files["body.avro"])
+    body_avro[-1] ^= 1
+    files["body.avro"] = bytes(body_avro)
+    _write(tmp_path, files)
+    failed = [c for c, exp in _commands(files["VERIFY.md"].decode())
+              if subprocess.run(["sh", "-c", c], cwd=tmp_path, capture_output=True,
+                                text=True).stdout.strip() != exp]
+    assert len(failed) == 3  # body.avro, response_digest, record_digest

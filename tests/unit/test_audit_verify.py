@@ -1,0 +1,131 @@
+"""The audit's verification core on records built in memory: each kind of damage is found
+and named."""
+
+from __future__ import annotations
+
+import copy
+
+from audit import LogAuditor, compare_projection
+from projections.rows import record_row
+from schemas import GENESIS, content_key, encode, new_event_id, response_digest, seal
+from schemas.vectors import committed_event
+
+WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
+
+
+def body(stream: str, i: int) -> dict:
+    b = committed_event()
+    req = f'{{"n": {i}}}'.encode()
+    resp = f'{{"answer": {i}}}'.encode()
+    b.update(stream=stream, event_id=new_event_id(), request_bytes=req,
+             content_key=content_key(req), response_bytes=resp,
+             response_digest=response_digest(resp), output_digest=None)
+    return b
+
+
+def chain(stream: str, n: int, start_seq: int = 0, prev: bytes = GENESIS) -> list[dict]:
+    out = []
+    for i in range(n):
+        rec = seal(body(stream, start_seq + i), start_seq + i, prev, 1_700_000_000_000_000 + i,
+                   WRITER, 0, i)
+        prev = rec["seal"]["record_digest"]
+        out.append(rec)
+    return out
+
+
+def audit(values: list[bytes], heads=None) -> LogAuditor:
+    a = LogAuditor(keep_index=True)
+    for off, v in enumerate(values):
+        a.add(0, off, v)
+    if heads is not None:
+        a.check_heads(heads)
+    return a
+
+
+def enc(records) -> list[bytes]:
+    return [encode("EvidenceRecord", r) for r in records]
+
+
+def kinds(a: LogAuditor) -> list[tuple[str, int | None]]:
+    return [(f.kind, f.seq) for f in a.findings]
+
+
+def test_a_clean_chain_has_no_findings():
+    recs = chain("s", 5)
+    a = audit(enc(recs), heads={"s": (5, recs[-1]["seal"]["record_digest"])})
+    assert a.findings == [] and a.streams["s"].records == 5
+
+
+def test_gap_duplicate_and_broken_link_are_named():
+    recs = chain("s", 4)
+    values = enc(recs)
+    assert kinds(audit([values[0], values[2], values[3]])) == [("gap", 3), ("broken_link", 3)]
+    assert kinds(audit([values[0], values[1], values[1], values[2]])) == [("duplicate", 2)]
+
+
+def test_altered_bytes_break_the_record_digest():
+    recs = chain("s", 2)
+    tampered = copy.deepcopy(recs[1])
+    tampered["body"]["model_id"] = "someone-else"
+    a = audit([enc(recs)[0], encode("EvidenceRecord", tampered)])
+    assert kinds(a) == [("record_digest_mismatch", 2)]
+
+
+def test_altered_response_is_found_by_its_digest_and_the_chain():
+    recs = chain("s", 1)
+    tampered = copy.deepcopy(recs[0])
+    tampered["body"]["response_bytes"] = b'{"answer": "forged"}'
+    assert kinds(audit(enc([tampered]))) == [("record_digest_mismatch", 1),
+                                             ("response_digest_mismatch", 1)]
+
+
+def test_content_key_must_recompute_from_the_request():
+    b = body("s", 0)
+    b["request_bytes"] = b"other bytes"
+    rec = seal(b, 0, GENESIS, 1, WRITER, 0, 0)
+    assert kinds(audit(enc([rec]))) == [("content_key_mismatch", 1)]
+
+
+def test_a_rogue_record_at_the_tail_is_not_in_the_writer_heads():
+    recs = chain("s", 3)
+    rogue = chain("s", 1, start_seq=3, prev=recs[-1]["seal"]["record_digest"])
+    a = audit(enc(recs + rogue), heads={"s": (3, recs[-1]["seal"]["record_digest"])})
+    assert kinds(a) == [("not_sealed_by_writer", 4)]
+    a = audit(enc(recs), heads={})
+    assert kinds(a) == [("not_sealed_by_writer", 3)]
+
+
+def test_undecodable_messages_are_findings():
+    assert kinds(audit([b"not avro at all"])) == [("undecodable", None)]
+
+
+def _rows(values):
+    return [(record_row(v, 0, off), record_row(v, 0, off)) for off, v in enumerate(values)]
+
+
+def test_projection_comparison():
+    values = enc(chain("s", 3))
+    index = audit(values).index
+    assert compare_projection(index, _rows(values)) == []
+
+    rows = _rows(values)
+    del rows[1]
+    assert [(f.kind, f.seq) for f in compare_projection(index, rows)] == [
+        ("projection_missing", 2)]
+
+    rows = _rows(values)
+    row = list(rows[0][0])
+    row[-3] = b"edited response"  # response_bytes column
+    rows[0] = (tuple(row), rows[0][1])
+    found = compare_projection(index, rows)
+    assert [(f.kind, f.seq) for f in found] == [("projection_altered", 1)]
+    assert "response_bytes" in found[0].detail
+
+    rows = _rows(values)
+    a, b = list(rows[0][0]), list(rows[1][0])
+    a[3], b[3] = b[3], a[3]  # seq swapped between two rows: reordered
+    rows[0], rows[1] = (tuple(a), rows[0][1]), (tuple(b), rows[1][1])
+    assert {f.kind for f in compare_projection(index, rows)} == {"projection_altered"}
+
+    extra = _rows(values) + [(record_row(values[0], 5, 99), record_row(values[0], 5, 99))]
+    assert [f.kind for f in compare_projection(index, extra)] == ["projection_extra"]

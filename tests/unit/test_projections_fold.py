@@ -1,0 +1,149 @@
+from datetime import timedelta
+
+import pytest
+
+from projections.fold import (
+    BROKEN_LINK,
+    DUPLICATE,
+    GAP,
+    UNDECODABLE,
+    Head,
+    Record,
+    Undecodable,
+    decode_message,
+    fold,
+)
+from projections.rows import RECORD_COLUMNS, RECORD_TYPES, record_row
+from schemas import GENESIS, encode
+from tests.fixtures.log import chain, make_body, seal_record
+
+
+def msgs(records, partition=0, first_offset=0):
+    return [decode_message(partition, first_offset + i, r.value) for i, r in enumerate(records)]
+
+
+def kinds(folded):
+    return [(f.kind, f.stream, f.seq) for f in folded.findings]
+
+
+def test_a_clean_chain_has_no_findings_and_its_head_is_the_last_record():
+    recs = chain({"a": 5})
+    out = fold({}, msgs(recs))
+    assert out.findings == []
+    assert [r[RECORD_COLUMNS.index("seq")] for r in out.rows] == [1, 2, 3, 4, 5]
+    head = out.heads["a"]
+    assert (head.seq, head.record_digest, head.record_count) == (5, recs[-1].record_digest, 5)
+    assert head.first_at < head.last_at
+    assert out.next_offsets == {0: 5}
+
+
+def test_a_chain_split_over_batches_continues_from_the_given_head():
+    recs = chain({"a": 6})
+    first = fold({}, msgs(recs[:3]))
+    second = fold(first.heads, msgs(recs[3:], first_offset=3))
+    assert second.findings == []
+    assert second.heads["a"].seq == 6 and second.heads["a"].record_count == 6
+    assert second.heads["a"].first_at == first.heads["a"].first_at
+
+
+def test_interleaved_streams_are_chained_independently():
+    recs = chain({"a": 4, "b": 3, "c": 1})
+    out = fold({}, msgs(recs))
+    assert out.findings == []
+    assert {s: h.seq for s, h in out.heads.items()} == {"a": 4, "b": 3, "c": 1}
+
+
+def test_a_gap_is_reported_and_the_record_still_stored():
+    recs = chain({"a": 4})
+    out = fold({}, msgs([recs[0], recs[3]]))
+    assert kinds(out) == [(GAP, "a", 4)]
+    assert "seqs 2..3 missing" in out.findings[0].detail
+    assert len(out.rows) == 2 and out.heads["a"].seq == 4
+
+
+def test_a_first_record_above_one_is_a_gap():
+    recs = chain({"a": 2})
+    out = fold({}, msgs(recs[1:]))
+    assert kinds(out) == [(GAP, "a", 2)]
+    assert "seq 1 missing" in out.findings[0].detail
+
+
+def test_a_repeated_seq_is_a_duplicate_and_does_not_lower_the_head():
+    recs = chain({"a": 3})
+    out = fold({}, msgs([recs[0], recs[1], recs[2], recs[1]]))
+    assert kinds(out) == [(DUPLICATE, "a", 2)]
+    head = out.heads["a"]
+    assert (head.seq, head.record_digest, head.record_count) == (3, recs[2].record_digest, 4)
+    assert len(out.rows) == 4
+
+
+def test_a_wrong_prev_digest_is_a_broken_link():
+    recs = chain({"a": 2})
+    forged = seal_record(make_body("a", 3), 3, b"\x01" * 32)
+    out = fold({}, msgs([*recs, forged]))
+    assert kinds(out) == [(BROKEN_LINK, "a", 3)]
+    assert out.heads["a"].seq == 3 and out.heads["a"].record_digest == forged.record_digest
+
+
+def test_the_first_record_must_chain_from_genesis():
+    forged = seal_record(make_body("a", 1), 1, b"\x02" * 32)
+    assert kinds(fold({}, msgs([forged]))) == [(BROKEN_LINK, "a", 1)]
+
+
+def test_the_link_is_checked_against_the_given_head():
+    recs = chain({"a": 2})
+    t = record_row(recs[0].value, 0, 0)[RECORD_COLUMNS.index("occurred_at")]
+    stale = Head("a", 1, b"\x09" * 32, 1, t, t)
+    assert kinds(fold({"a": stale}, msgs(recs[1:]))) == [(BROKEN_LINK, "a", 2)]
+
+
+def test_undecodable_messages_become_findings_with_their_position():
+    recs = chain({"a": 2})
+    capture = encode("CaptureEvent", make_body("a", 9))
+    batch = [*msgs(recs[:1]), decode_message(0, 1, b"garbage"), decode_message(0, 2, capture),
+             decode_message(0, 3, None), decode_message(0, 4, recs[1].value)]
+    assert all(isinstance(m, Undecodable) for m in batch[1:4])
+    out = fold({}, batch)
+    assert [(f.kind, f.log_partition, f.log_offset) for f in out.findings] == [
+        (UNDECODABLE, 0, 1), (UNDECODABLE, 0, 2), (UNDECODABLE, 0, 3)]
+    assert out.heads["a"].seq == 2 and out.next_offsets == {0: 5}
+
+
+def test_messages_are_folded_in_partition_offset_order():
+    recs = chain({"a": 3})
+    batch = msgs(recs)
+    out = fold({}, list(reversed(batch)))
+    assert out.findings == [] and out.heads["a"].seq == 3
+
+
+def test_first_and_last_time_track_occurred_at_extremes():
+    recs = chain({"a": 2})
+    rows = [record_row(r.value, 0, i) for i, r in enumerate(recs)]
+    t1 = rows[0][RECORD_COLUMNS.index("occurred_at")]
+    head = Head("a", 0, GENESIS, 0, t1 + timedelta(days=1), t1 - timedelta(days=1))
+    out = fold({"a": head}, [Record(0, 0, rows[0])])
+    assert out.heads["a"].first_at == t1 and out.heads["a"].last_at == t1
+
+
+def test_fold_does_not_modify_the_heads_it_is_given():
+    recs = chain({"a": 2})
+    first = fold({}, msgs(recs[:1]))
+    given = dict(first.heads)
+    fold(given, msgs(recs[1:], first_offset=1))
+    assert given == first.heads
+
+
+def test_record_row_keeps_bytes_verbatim_and_matches_the_column_types():
+    rec = chain({"a": 1}, response=bytes(range(256)))[0]
+    row = record_row(rec.value, 2, 7)
+    assert len(row) == len(RECORD_COLUMNS) == len(RECORD_TYPES)
+    col = dict(zip(RECORD_COLUMNS, row))
+    assert (col["log_partition"], col["log_offset"], col["stream"], col["seq"]) == (2, 7, "a", 1)
+    assert col["record_bytes"] == rec.value
+    assert col["response_bytes"] == bytes(range(256))
+    assert col["record_digest"] == rec.record_digest and col["prev_digest"] == GENESIS
+
+
+@pytest.mark.parametrize("value", [b"", b"\xc3\x01", b"\xc3\x01" + b"\x00" * 8 + b"x"])
+def test_short_or_unknown_messages_are_undecodable(value):
+    assert isinstance(decode_message(0, 0, value), Undecodable)

@@ -1,0 +1,218 @@
+"""The writer's pure core: validation reasons, sealing and chaining, dedup bounds, overlay."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+
+import pytest
+
+import writer
+from schemas import (
+    GENESIS,
+    body_bytes,
+    content_key,
+    encode,
+    encode_sealed,
+    record_digest,
+    response_digest,
+    split_record,
+)
+from schemas.vectors import committed_event, failed_event
+from tests.fixtures.writer import encode_capture, make_capture
+from topics import MIB
+from writer import Capture, DedupWindow, Duplicate, Head, Reason, Rejection, Sealed, Sealer, seal_capture, validate
+from writer.config import WriterConfig
+from writer.core import HEADROOM_BYTES, decode_head, encode_head, peek_ids
+
+MAX = 16 * MIB
+W = {"writer_id": "w-1", "transactional_id": "tx", "version": "0.1.0"}
+S = "tenant-a:chat"
+
+
+def _v(**kw):
+    return encode_capture(make_capture(S, **kw))
+
+
+def test_all_is_sorted():
+    assert writer.__all__ == sorted(writer.__all__)
+
+
+def test_a_valid_capture_keeps_its_canonical_bytes():
+    e = make_capture(S)
+    value = encode_capture(e)
+    c = validate(value, S.encode(), MAX)
+    assert isinstance(c, Capture) and not c.reencoded
+    assert (c.stream, c.event_id, c.body) == (S, e["event_id"], value[10:])
+
+
+def test_vector_events_are_valid():
+    for e in (committed_event(), failed_event()):
+        assert isinstance(validate(encode("CaptureEvent", e), e["stream"].encode(), MAX), Capture)
+
+
+def test_non_canonical_avro_is_reencoded():
+    value = _v()
+    assert value[10] == 0x06  # len("1.0") zig-zag; 0x86 0x00 is the same number, over-long
+    odd = value[:10] + b"\x86\x00" + value[11:]
+    c = validate(odd, S.encode(), MAX)
+    assert isinstance(c, Capture) and c.reencoded and c.body == value[10:]
+
+
+def _bad_cases():
+    good = _v()
+    head = encode("WriterHead", {"stream": S, "seq": 1, "record_digest": GENESIS, "occurred_at": 1,
+                                 "event_id": "e", "log_partition": 0, "log_offset": None})
+    k = S.encode()
+    return [
+        (None, k, Reason.NOT_AVRO),
+        (b"", k, Reason.NOT_AVRO),
+        (b'{"a":1}', k, Reason.NOT_AVRO),
+        (b"\xc3", k, Reason.TRUNCATED),
+        (b"\xc3\x02" + good[2:], k, Reason.BAD_MARKER),
+        (good[:7], k, Reason.TRUNCATED),
+        (good[:2] + b"\x11" * 8 + good[10:], k, Reason.UNKNOWN_FINGERPRINT),
+        (head, k, Reason.WRONG_SCHEMA),
+        (good[:-3], k, Reason.TRUNCATED),
+        (good + b"\x00", k, Reason.MALFORMED),
+        (_v(schema_version="2.0"), k, Reason.UNSUPPORTED_VERSION),
+        (encode_capture(make_capture("a b")), b"a b", Reason.BAD_STREAM_ID),
+        (good, b"other", Reason.KEY_MISMATCH),
+        (good, None, Reason.KEY_MISMATCH),
+        (_v(event_id=str(uuid.uuid4())), k, Reason.BAD_EVENT_ID),
+        (_v(event_id="017F22E2-79B0-7CC3-98C4-DC0C0C07398F"), k, Reason.BAD_EVENT_ID),
+        (_v(response_digest=bytes(32)), k, Reason.DIGEST_MISMATCH),
+        (_v(content_key=content_key(b"something else")), k, Reason.DIGEST_MISMATCH),
+        (_v(response_bytes=None, response_digest=None), k, Reason.MISSING_FIELD),
+        (_v(response_digest=None), k, Reason.MISSING_FIELD),
+        (_v(request_bytes=None), k, Reason.MISSING_FIELD),
+        (_v(response=b"x" * (1 * MIB)), k, Reason.OVERSIZED),
+    ]
+
+
+@pytest.mark.parametrize("value,key,reason", _bad_cases())
+def test_each_bad_message_gets_its_reason(value, key, reason):
+    max_bytes = 1 * MIB if reason is Reason.OVERSIZED else MAX
+    r = validate(value, key, max_bytes)
+    assert isinstance(r, Rejection) and r.reason is reason, r
+    assert r.text
+
+
+def test_size_limit_leaves_headroom_for_the_seal():
+    value = _v()
+    assert isinstance(validate(value, S.encode(), len(value) + HEADROOM_BYTES), Capture)
+    assert validate(value, S.encode(), len(value) + HEADROOM_BYTES - 1).reason is Reason.OVERSIZED
+
+
+def test_hash_only_capture_without_request_bytes_is_valid():
+    e = make_capture(S, request_bytes=None)
+    e["capture"] = {**e["capture"], "request_policy": "HASH_ONLY"}
+    assert isinstance(validate(encode_capture(e), S.encode(), MAX), Capture)
+
+
+def test_encode_sealed_is_byte_identical_to_encode():
+    for e in (committed_event(), failed_event()):
+        seal = {"seq": 12345678901, "occurred_at": 1_700_000_000_000_000, "prev_digest": b"\x07" * 32,
+                "record_digest": b"\x09" * 32, "writer": {**W, "writer_id": "h\u00e9st:1"},
+                "intake_partition": 5, "intake_offset": 2**40}
+        assert encode_sealed(body_bytes(e), seal) == encode("EvidenceRecord", {"body": e, "seal": seal})
+
+
+def test_seal_chains_from_genesis_and_verifies():
+    captures = [validate(_v(), S.encode(), MAX) for _ in range(3)]
+    head = Head.genesis(S)
+    for i, c in enumerate(captures, start=1):
+        record, new = seal_capture(c, head, 1000 + i, W, 2, 40 + i)
+        body, rec = split_record(record)
+        seal = rec["seal"]
+        assert body == c.body
+        assert (seal["seq"], seal["prev_digest"], seal["occurred_at"]) == (i, head.digest, 1000 + i)
+        assert seal["record_digest"] == record_digest(head.digest, i, 1000 + i, body) == new.digest
+        assert (seal["intake_partition"], seal["intake_offset"], seal["writer"]) == (2, 40 + i, W)
+        assert (new.seq, new.event_id) == (i, c.event_id)
+        head = new
+    assert captures and Head.genesis(S).digest == GENESIS
+
+
+def test_occurred_at_never_goes_back_within_a_stream():
+    c = validate(_v(), S.encode(), MAX)
+    _, h1 = seal_capture(c, Head.genesis(S), 5000, W, 0, 0)
+    _, h2 = seal_capture(c, h1, 4000, W, 0, 1)  # the clock stepped back
+    assert h2.occurred_at == 5000
+
+
+def test_head_round_trips_and_peek_ids():
+    h = Head(S, 7, b"\x01" * 32, 99, "eid")
+    assert decode_head(encode_head(h, 3)) == h
+    e = make_capture(S)
+    c = validate(encode_capture(e), S.encode(), MAX)
+    record, _ = seal_capture(c, Head.genesis(S), 1, W, 0, 0)
+    assert peek_ids(record) == (S, e["event_id"])
+    assert peek_ids(encode_capture(e)) == (S, e["event_id"])
+
+
+def test_dedup_window_is_bounded_by_age_and_count():
+    w = DedupWindow(max_age_us=100, max_ids=3)
+    w.add("a", 0)
+    w.add("b", 50)
+    assert "a" in w and "b" in w
+    w.add("c", 120)  # "a" is now older than 100 us
+    assert "a" not in w and "b" in w and "c" in w
+    w.add("d", 121)
+    w.add("e", 122)  # count bound: only 3 remain
+    assert len(w) == 3 and "b" not in w
+    w.expire(10_000)
+    assert len(w) == 0
+    with pytest.raises(ValueError):
+        DedupWindow(0, 1)
+
+
+def _sealer():
+    s = Sealer(W, MAX, dedup_max_age_us=10**12, dedup_max_ids=1000)
+    s.assign(0, {}, s.new_window())
+    return s
+
+
+def test_sealer_overlay_commit_and_abort():
+    s = _sealer()
+    v1, v2 = _v(), _v()
+    out = s.handle(v1, S.encode(), 0, 0, 10)
+    assert isinstance(out, Sealed) and out.head.seq == 1
+    assert s.handle(v2, S.encode(), 0, 1, 11).head.seq == 2
+    s.abort()  # nothing committed: the same messages get the same seqs again
+    assert s.head(0, S).seq == 0
+    assert s.handle(v1, S.encode(), 0, 0, 12).head.seq == 1
+    assert isinstance(s.handle(v1, S.encode(), 0, 1, 13), Duplicate)  # duplicate inside a batch
+    assert set(s.pending_heads()) == {(0, S)}
+    s.commit()
+    assert s.head(0, S).seq == 1 and s.pending_heads() == {}
+    assert isinstance(s.handle(v1, S.encode(), 0, 2, 14), Duplicate)  # duplicate across batches
+    assert s.handle(v2, S.encode(), 0, 3, 15).head.seq == 2
+
+
+def test_sealer_rejects_without_touching_heads():
+    s = _sealer()
+    r = s.handle(b"junk", S.encode(), 0, 0, 1)
+    assert isinstance(r, Rejection) and r.reason is Reason.NOT_AVRO
+    assert s.pending_heads() == {}
+
+
+def test_config_from_env_and_args():
+    cfg = WriterConfig.from_env({"EVIDENCE_KAFKA_BOOTSTRAP": "k:1", "EVIDENCE_TOPIC_PREFIX": "p",
+                                 "EVIDENCE_WRITER_BATCH_MAX_MESSAGES": "7",
+                                 "EVIDENCE_WRITER_METRICS_PORT": "0"})
+    assert (cfg.bootstrap, cfg.topics.names.intake, cfg.batch_max_messages, cfg.metrics_port) == \
+        ("k:1", "p.intake", 7, 0)
+    assert (cfg.transactional_id, cfg.group_id, cfg.instance_id) == \
+        ("evidence-writer", "evidence-writer", "evidence-writer")
+    args = argparse.Namespace(batch_linger_ms=5, transactional_id="tx-2", topic_prefix="q")
+    cfg2 = cfg.with_args(args)
+    assert (cfg2.batch_linger_ms, cfg2.transactional_id, cfg2.instance_id, cfg2.topics.names.log) == \
+        (5, "tx-2", "tx-2", "q.log")
+    with pytest.raises(ValueError):
+        cfg.with_args(argparse.Namespace(batch_max_messages=0))
+
+
+def test_digest_helpers_agree_with_fixture():
+    e = make_capture(S)
+    assert e["response_digest"] == response_digest(e["response_bytes"])

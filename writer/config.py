@@ -1,0 +1,108 @@
+"""The writer's settings: a frozen dataclass built from ``EVIDENCE_*`` env vars and CLI flags.
+
+Flags win over env vars, env vars over defaults. Why the batching defaults are what they are:
+
+- A Kafka transaction costs a fixed few milliseconds to commit (AddPartitions, EndTxn, the
+  markers), whatever it holds, so sealing one capture per transaction would cap throughput
+  at a few hundred records/s. Batching amortises that cost.
+- ``batch_max_messages=500``: large enough that the commit is a small share of a batch's
+  time at full load, small enough that a batch of 1 KiB captures stays well under a
+  megabyte and an aborted batch is cheap to redo.
+- ``batch_linger_ms=50``: when intake is quiet the writer waits at most this long for a
+  batch to fill before committing what it has, so capture-to-log latency stays around
+  50 ms plus one commit, well below what a person notices.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from topics import TopicSettings
+
+__all__ = ["DEFAULT_GROUP_ID", "DEFAULT_TRANSACTIONAL_ID", "WriterConfig"]
+
+DEFAULT_TRANSACTIONAL_ID = "evidence-writer"
+DEFAULT_GROUP_ID = "evidence-writer"
+DAY_S = 24 * 3600
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """Everything the writer needs to know; see the module docstring for the defaults."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    topics: TopicSettings = field(default_factory=TopicSettings)
+    transactional_id: str = DEFAULT_TRANSACTIONAL_ID
+    """One per writer deployment: a second writer with the same id fences the first."""
+    group_id: str = DEFAULT_GROUP_ID
+    group_instance_id: str | None = None
+    """Static group membership; defaults to the transactional id, so a restarted writer takes
+    its partitions back at once and a second writer with the same identity fences the first's
+    consumer as well as its producer."""
+    writer_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    batch_max_messages: int = 500
+    batch_linger_ms: int = 50
+    dedup_window_s: int = 7 * DAY_S
+    dedup_max_ids: int = 1_000_000
+    """Per partition; bounds memory and the start-up scan of the log."""
+    transaction_timeout_ms: int = 60_000
+    session_timeout_ms: int = 10_000
+    metrics_port: int = 9464
+    """Prometheus /metrics port; 0 disables the endpoint."""
+
+    @property
+    def instance_id(self) -> str:
+        return self.group_instance_id or self.transactional_id
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "WriterConfig":
+        env = os.environ if environ is None else environ
+        base = cls(topics=TopicSettings.from_env(dict(env)))
+        overrides: dict[str, object] = {}
+        for name, (var, conv) in _ENV.items():
+            if env.get(var, "") != "":
+                overrides[name] = conv(env[var])
+        return replace(base, **overrides)
+
+    def with_args(self, args: object) -> "WriterConfig":
+        """Apply CLI flags that were given (argparse leaves the others None)."""
+        overrides = {name: getattr(args, name) for name in _ENV
+                     if getattr(args, name, None) is not None}
+        cfg = replace(self, **overrides)
+        prefix = getattr(args, "topic_prefix", None)
+        if prefix:
+            from topics import TopicNames
+
+            cfg = replace(cfg, topics=replace(cfg.topics, names=TopicNames(prefix)))
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        """Raise ValueError for settings that cannot work."""
+        if self.batch_max_messages < 1:
+            raise ValueError("batch_max_messages must be at least 1")
+        if self.batch_linger_ms < 0:
+            raise ValueError("batch_linger_ms must be >= 0")
+        if self.dedup_window_s < 1 or self.dedup_max_ids < 1:
+            raise ValueError("the dedup window must be positive in time and count")
+        if not self.transactional_id or not self.group_id:
+            raise ValueError("transactional_id and group_id must not be empty")
+
+
+_ENV = {
+    "bootstrap": ("EVIDENCE_KAFKA_BOOTSTRAP", str),
+    "transactional_id": ("EVIDENCE_WRITER_TRANSACTIONAL_ID", str),
+    "group_id": ("EVIDENCE_WRITER_GROUP_ID", str),
+    "group_instance_id": ("EVIDENCE_WRITER_GROUP_INSTANCE_ID", str),
+    "writer_id": ("EVIDENCE_WRITER_ID", str),
+    "batch_max_messages": ("EVIDENCE_WRITER_BATCH_MAX_MESSAGES", int),
+    "batch_linger_ms": ("EVIDENCE_WRITER_BATCH_LINGER_MS", int),
+    "dedup_window_s": ("EVIDENCE_WRITER_DEDUP_WINDOW_S", int),
+    "dedup_max_ids": ("EVIDENCE_WRITER_DEDUP_MAX_IDS", int),
+    "transaction_timeout_ms": ("EVIDENCE_WRITER_TRANSACTION_TIMEOUT_MS", int),
+    "session_timeout_ms": ("EVIDENCE_WRITER_SESSION_TIMEOUT_MS", int),
+    "metrics_port": ("EVIDENCE_WRITER_METRICS_PORT", int),
+}

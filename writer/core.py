@@ -1,0 +1,382 @@
+"""The writer's pure core: validate a capture, seal it after its stream head, absorb duplicates.
+
+No Kafka, no clock reads (callers pass ``now``), no I/O: every function takes bytes and values
+and returns values, so the rules are unit-tested without a broker (STYLE.md "compute, then
+persist"). ``writer.service`` feeds it intake messages and writes what it returns.
+
+- :func:`validate` — intake bytes + key → :class:`Capture` or :class:`Rejection`.
+- :func:`seal_capture` — capture + :class:`Head` → (sealed EvidenceRecord bytes, new head).
+- :class:`DedupWindow` — recently sealed event_ids, bounded by age and by count.
+- :class:`Sealer` — per-partition heads and windows, with a per-transaction overlay that
+  becomes real on :meth:`Sealer.commit` and vanishes on :meth:`Sealer.abort`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas import (
+    GENESIS,
+    HEADER_SIZE,
+    SUPPORTED_SCHEMA_VERSIONS,
+    DecodeError,
+    TruncatedError,
+    canonical_body_bytes,
+    content_key,
+    decode,
+    encode,
+    encode_sealed,
+    read_body,
+    record_digest,
+    response_digest,
+    schema_name_for,
+    valid_event_id,
+    valid_stream_id,
+)
+from schemas.codec import MARKER
+from writer.reasons import Reason
+
+__all__ = [
+    "HEADROOM_BYTES",
+    "Capture",
+    "DedupWindow",
+    "Duplicate",
+    "Head",
+    "Rejection",
+    "Sealed",
+    "Sealer",
+    "decode_head",
+    "encode_head",
+    "peek_ids",
+    "seal_capture",
+    "validate",
+]
+
+HEADROOM_BYTES = 64 * 1024
+"""An intake value may use at most max_message_bytes minus this, so the seal always fits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A valid capture: its identity and the canonical Avro binary of its body."""
+
+    stream: str
+    event_id: str
+    body: bytes
+    reencoded: bool = False
+    """True when the intake bytes were not canonical Avro and ``body`` is a re-encoding."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why an intake message cannot be sealed; it goes to ``<prefix>.rejected`` verbatim."""
+
+    reason: Reason
+    text: str
+
+
+def _reject(reason: Reason, text: str) -> Rejection:
+    return Rejection(reason, text)
+
+
+def validate(value: bytes | None, key: bytes | None, max_message_bytes: int) -> Capture | Rejection:
+    """Check one intake message; return the Capture to seal or the Rejection to park.
+
+    The checks run cheapest first; each failure has its own reason. The header is
+    classified by hand (marker, then fingerprint) because ``schemas.decode`` raises one
+    error type for all of them.
+    """
+    if not value:
+        return _reject(Reason.NOT_AVRO, "message has no value")
+    limit = max_message_bytes - HEADROOM_BYTES
+    if len(value) > limit:
+        return _reject(Reason.OVERSIZED, f"value is {len(value)} bytes, limit is {limit}")
+    if value[0] != MARKER[0]:
+        return _reject(Reason.NOT_AVRO, f"first byte {value[:1].hex()} is not an Avro single-object marker")
+    if len(value) < 2 or value[1] != MARKER[1]:
+        if len(value) < 2:
+            return _reject(Reason.TRUNCATED, "message ends inside the single-object marker")
+        return _reject(Reason.BAD_MARKER, f"marker {value[:2].hex()} != c301")
+    if len(value) < HEADER_SIZE:
+        return _reject(Reason.TRUNCATED, f"message ends inside the header ({len(value)} bytes)")
+    fp = value[2:HEADER_SIZE]
+    name = schema_name_for(fp)
+    if name is None:
+        return _reject(Reason.UNKNOWN_FINGERPRINT, f"unknown schema fingerprint {fp.hex()}")
+    if name != "CaptureEvent":
+        return _reject(Reason.WRONG_SCHEMA, f"a {name}, not a CaptureEvent")
+    try:
+        body, end = read_body(value)
+    except TruncatedError as e:
+        return _reject(Reason.TRUNCATED, str(e))
+    except DecodeError as e:
+        return _reject(Reason.MALFORMED, str(e))
+    if end != len(value):
+        return _reject(Reason.MALFORMED, f"{len(value) - end} trailing bytes after the body")
+    return _check_semantics(body, value, key)
+
+
+def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None) -> Capture | Rejection:
+    version = body["schema_version"]
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        return _reject(Reason.UNSUPPORTED_VERSION, f"schema_version {version!r} is not supported")
+    stream = body["stream"]
+    if not valid_stream_id(stream):
+        return _reject(Reason.BAD_STREAM_ID, f"stream {stream!r} is not a valid stream id")
+    if key is None or key != stream.encode("utf-8"):
+        return _reject(Reason.KEY_MISMATCH, f"message key {key!r} is not the stream {stream!r}")
+    event_id = body["event_id"]
+    if not valid_event_id(event_id):
+        return _reject(Reason.BAD_EVENT_ID, f"event_id {event_id!r} is not a canonical UUIDv7")
+    missing = _missing_fields(body)
+    if missing:
+        return _reject(Reason.MISSING_FIELD, missing)
+    request = body["request_bytes"]
+    if request is not None and not hmac.compare_digest(content_key(request), body["content_key"]):
+        return _reject(Reason.DIGEST_MISMATCH, "content_key does not match request_bytes")
+    response = body["response_bytes"]
+    if response is not None and body["response_digest"] is not None and not hmac.compare_digest(
+            response_digest(response), body["response_digest"]):
+        return _reject(Reason.DIGEST_MISMATCH, "response_digest does not match response_bytes")
+    # The sealed body must be the canonical Avro binary (record_digest covers it and any
+    # other implementation must recompute the same bytes). fastavro writes canonical Avro,
+    # so one re-encode both checks and, if needed, repairs the intake bytes.
+    canonical = canonical_body_bytes(body)
+    intake_body = value[HEADER_SIZE:]
+    if canonical == intake_body:
+        return Capture(stream, event_id, intake_body)
+    return Capture(stream, event_id, canonical, reencoded=True)
+
+
+def _missing_fields(body: dict[str, Any]) -> str:
+    if body["outcome"] == "COMMITTED":
+        for name in ("response_bytes", "response_digest"):
+            if body[name] is None:
+                return f"missing field {name}: outcome COMMITTED needs the response and its digest"
+    if body["response_bytes"] is not None and body["response_digest"] is None:
+        return "missing field response_digest: response_bytes are present"
+    if body["capture"]["request_policy"] == "VALUE" and body["request_bytes"] is None:
+        return "missing field request_bytes: request_policy VALUE keeps the request bytes"
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The last sealed record of a stream: what the next record chains from."""
+
+    stream: str
+    seq: int = 0
+    digest: bytes = GENESIS
+    occurred_at: int = 0
+    event_id: str = ""
+
+    @classmethod
+    def genesis(cls, stream: str) -> "Head":
+        """The head of an empty stream: seq 0, 32 zero bytes."""
+        return cls(stream)
+
+
+def encode_head(head: Head, log_partition: int) -> bytes:
+    """Return the WriterHead message for ``head`` (the log offset is unknown inside a txn)."""
+    return encode("WriterHead", {
+        "stream": head.stream, "seq": head.seq, "record_digest": head.digest,
+        "occurred_at": head.occurred_at, "event_id": head.event_id,
+        "log_partition": log_partition, "log_offset": None,
+    })
+
+
+def decode_head(data: bytes) -> Head:
+    """Return the Head in a WriterHead message; raises ``DecodeError`` for anything else."""
+    name, rec = decode(data)
+    if name != "WriterHead":
+        raise DecodeError(f"expected a WriterHead, got a {name}")
+    return Head(rec["stream"], rec["seq"], rec["record_digest"], rec["occurred_at"], rec["event_id"])
+
+
+def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str, str],
+                 intake_partition: int, intake_offset: int) -> tuple[bytes, Head]:
+    """Seal ``capture`` after ``head``: return (EvidenceRecord bytes, the stream's new head).
+
+    ``occurred_at`` is the writer clock, but never earlier than the previous record's, so
+    a stream's records are time-ordered even if the clock steps back.
+    """
+    if capture.stream != head.stream:
+        raise ValueError(f"head is for stream {head.stream!r}, capture for {capture.stream!r}")
+    seq = head.seq + 1
+    occurred_at = max(now_micros, head.occurred_at)
+    digest = record_digest(head.digest, seq, occurred_at, capture.body)
+    record = encode_sealed(capture.body, {
+        "seq": seq, "occurred_at": occurred_at, "prev_digest": head.digest,
+        "record_digest": digest, "writer": writer,
+        "intake_partition": intake_partition, "intake_offset": intake_offset,
+    })
+    return record, Head(capture.stream, seq, digest, occurred_at, capture.event_id)
+
+
+def _read_string(data: bytes, pos: int) -> tuple[str, int]:
+    shift = n = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    n = (n >> 1) ^ -(n & 1)
+    if n < 0 or pos + n > len(data):
+        raise DecodeError("string length out of range")
+    return data[pos:pos + n].decode("utf-8"), pos + n
+
+
+def peek_ids(record: bytes) -> tuple[str, str]:
+    """Return (stream, event_id) of an EvidenceRecord or CaptureEvent without decoding it all.
+
+    The body starts with schema_version, event_id and stream, three Avro strings; reading
+    just those keeps rebuilding the dedup window on start-up cheap.
+    """
+    try:
+        _, pos = _read_string(record, HEADER_SIZE)
+        event_id, pos = _read_string(record, pos)
+        stream, _ = _read_string(record, pos)
+    except (IndexError, UnicodeDecodeError) as e:
+        raise DecodeError(f"not a record body: {e}") from e
+    return stream, event_id
+
+
+class DedupWindow:
+    """Event ids sealed recently, bounded by age (``max_age_us``) and by count (``max_ids``).
+
+    Ids are kept in insertion order, which is seal order, so expiry pops from the front.
+    A capture retried after the window has passed would be sealed again; the window is the
+    documented limit of deduplication.
+    """
+
+    def __init__(self, max_age_us: int, max_ids: int) -> None:
+        if max_age_us <= 0 or max_ids <= 0:
+            raise ValueError("dedup window bounds must be positive")
+        self.max_age_us = max_age_us
+        self.max_ids = max_ids
+        self._ids: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, event_id: str) -> bool:
+        return event_id in self._ids
+
+    def add(self, event_id: str, at_micros: int) -> None:
+        """Remember ``event_id`` as sealed at ``at_micros``; evicts what falls out of bounds."""
+        self._ids[event_id] = at_micros
+        self._ids.move_to_end(event_id)
+        self.expire(at_micros)
+
+    def expire(self, now_micros: int) -> None:
+        """Drop ids older than the window and the oldest ids beyond the count bound."""
+        ids, horizon = self._ids, now_micros - self.max_age_us
+        while ids and (len(ids) > self.max_ids or next(iter(ids.values())) < horizon):
+            ids.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """A capture sealed in the open transaction."""
+
+    record: bytes
+    head: Head
+    reencoded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A capture whose event_id was already sealed on this partition: absorbed, not sealed."""
+
+    stream: str
+    event_id: str
+
+
+@dataclass
+class _Partition:
+    heads: dict[str, Head]
+    window: DedupWindow
+
+
+@dataclass
+class _Pending:
+    heads: dict[tuple[int, str], Head] = field(default_factory=dict)
+    ids: dict[int, dict[str, int]] = field(default_factory=dict)
+
+
+class Sealer:
+    """Stream heads and dedup windows of the partitions this writer owns.
+
+    Changes made while a transaction is open live in an overlay: :meth:`commit` applies it
+    once Kafka has committed the transaction, :meth:`abort` forgets it, so after an abort
+    the state is exactly what the last committed transaction left (no head re-reading).
+    """
+
+    def __init__(self, writer: dict[str, str], max_message_bytes: int,
+                 dedup_max_age_us: int, dedup_max_ids: int) -> None:
+        self.writer = dict(writer)
+        self.max_message_bytes = max_message_bytes
+        self.dedup_max_age_us = dedup_max_age_us
+        self.dedup_max_ids = dedup_max_ids
+        self._parts: dict[int, _Partition] = {}
+        self._pending = _Pending()
+
+    # -- ownership -------------------------------------------------------------------------
+    def new_window(self) -> DedupWindow:
+        return DedupWindow(self.dedup_max_age_us, self.dedup_max_ids)
+
+    def assign(self, partition: int, heads: dict[str, Head], window: DedupWindow) -> None:
+        """Take ownership of ``partition`` with its restored heads and dedup window."""
+        self._parts[partition] = _Partition(dict(heads), window)
+
+    def revoke(self, partition: int) -> None:
+        self._parts.pop(partition, None)
+
+    def owns(self, partition: int) -> bool:
+        return partition in self._parts
+
+    def head(self, partition: int, stream: str) -> Head:
+        h = self._pending.heads.get((partition, stream))
+        if h is not None:
+            return h
+        return self._parts[partition].heads.get(stream) or Head.genesis(stream)
+
+    # -- one message -----------------------------------------------------------------------
+    def handle(self, value: bytes | None, key: bytes | None, partition: int, offset: int,
+               now_micros: int) -> Sealed | Duplicate | Rejection:
+        """Validate and, unless it is bad or a duplicate, seal one intake message."""
+        checked = validate(value, key, self.max_message_bytes)
+        if isinstance(checked, Rejection):
+            return checked
+        part = self._parts[partition]
+        pending_ids = self._pending.ids.setdefault(partition, {})
+        if checked.event_id in pending_ids or checked.event_id in part.window:
+            return Duplicate(checked.stream, checked.event_id)
+        record, head = seal_capture(checked, self.head(partition, checked.stream), now_micros,
+                                    self.writer, partition, offset)
+        self._pending.heads[(partition, checked.stream)] = head
+        pending_ids[checked.event_id] = head.occurred_at
+        return Sealed(record, head, checked.reencoded)
+
+    def pending_heads(self) -> dict[tuple[int, str], Head]:
+        """The new head of every (partition, stream) sealed in the open transaction."""
+        return dict(self._pending.heads)
+
+    def commit(self) -> None:
+        """The transaction committed: its heads and event ids become the state."""
+        for (partition, stream), head in self._pending.heads.items():
+            self._parts[partition].heads[stream] = head
+        for partition, ids in self._pending.ids.items():
+            window = self._parts[partition].window
+            for event_id, at in ids.items():
+                window.add(event_id, at)
+        self._pending = _Pending()
+
+    def abort(self) -> None:
+        """The transaction aborted: forget everything it sealed."""
+        self._pending = _Pending()

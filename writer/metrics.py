@@ -1,0 +1,36 @@
+"""The writer's Prometheus metrics, in a registry of its own (no global state in tests)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+__all__ = ["WriterMetrics"]
+
+
+class WriterMetrics:
+    """Counters and histograms the writer updates; :meth:`serve` exposes them over HTTP."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.sealed = Counter("evidence_writer_sealed", "Captures sealed into the log", registry=r)
+        self.rejected = Counter("evidence_writer_rejected", "Intake messages parked in rejected",
+                                ["reason"], registry=r)
+        self.duplicates = Counter("evidence_writer_duplicates",
+                                  "Captures absorbed because their event_id was already sealed",
+                                  registry=r)
+        self.reencoded = Counter("evidence_writer_reencoded",
+                                 "Captures whose body was not canonical Avro and was re-encoded",
+                                 registry=r)
+        self.aborts = Counter("evidence_writer_transaction_aborts", "Transactions aborted",
+                              registry=r)
+        self.commit_seconds = Histogram(
+            "evidence_writer_transaction_commit_seconds", "commit_transaction latency",
+            buckets=(.002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10), registry=r)
+        self.batch_size = Histogram(
+            "evidence_writer_batch_size", "Intake messages per transaction",
+            buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000), registry=r)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve /metrics on ``port``; 0 means no endpoint."""
+        if port:
+            start_http_server(port, addr=addr, registry=self.registry)

@@ -1,0 +1,42 @@
+"""Why the writer rejected an intake message: the ``evidence.reason`` header values.
+
+Pure data. The codes are stable strings (they are written into ``<prefix>.rejected``
+headers and counted in metrics), listed here in the order validation checks them.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Reason"]
+
+
+class Reason(str, enum.Enum):
+    """Reason codes for rejected intake messages; the value is the header text."""
+
+    OVERSIZED = "OVERSIZED"
+    """The value is larger than max_message_bytes - 64 KiB, so its sealed record might not fit."""
+    NOT_AVRO = "NOT_AVRO"
+    """No value, or not Avro single-object encoding at all (first byte is not 0xC3)."""
+    BAD_MARKER = "BAD_MARKER"
+    """Starts like a single-object encoding but the marker is not C3 01."""
+    TRUNCATED = "TRUNCATED"
+    """The bytes end inside the header or the body."""
+    UNKNOWN_FINGERPRINT = "UNKNOWN_FINGERPRINT"
+    """The 8-byte fingerprint names no schema we know."""
+    WRONG_SCHEMA = "WRONG_SCHEMA"
+    """A known schema, but not CaptureEvent (e.g. an EvidenceRecord sent to intake)."""
+    MALFORMED = "MALFORMED"
+    """The body does not decode as a CaptureEvent, or has trailing bytes."""
+    UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
+    """schema_version is not one this writer can seal."""
+    BAD_STREAM_ID = "BAD_STREAM_ID"
+    """stream does not match [A-Za-z0-9._:-]{1,128}."""
+    KEY_MISMATCH = "KEY_MISMATCH"
+    """The Kafka message key is missing or differs from the capture's stream."""
+    BAD_EVENT_ID = "BAD_EVENT_ID"
+    """event_id is not a UUIDv7 in canonical lowercase text."""
+    MISSING_FIELD = "MISSING_FIELD"
+    """A field the capture's own semantics require is null (e.g. COMMITTED without response)."""
+    DIGEST_MISMATCH = "DIGEST_MISMATCH"
+    """content_key or response_digest does not match the bytes it covers."""
