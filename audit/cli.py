@@ -52,7 +52,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     settings = TopicSettings.from_env(env)
-    progress = Progress("reading the log")
+    bar: list[Progress] = []
+
+    def progress(done: int, total: int) -> None:
+        if not bar:
+            bar.append(Progress("reading the log", total))
+        bar[0].update(done, done)
+
     try:
         report = run_audit(bootstrap, settings.names, db,
                            views=env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"),
@@ -60,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     except AuditError as e:
         print(f"evidence audit: cannot run: {e}", file=sys.stderr)
         return 1
-    progress.finish()
+    if bar:
+        bar[0].close()
     if args.json is not None:
         text = json.dumps(report.to_dict(), indent=2)
         if args.json == "-":

@@ -1,8 +1,5 @@
-"""A progress line for long runs (records/s and ETA) on stderr.
-
-On a terminal it redraws one line; otherwise (CI, pipes) it prints a plain line at most every
-``interval`` seconds, so logs stay readable.
-"""
+"""A progress bar for long runs, on stderr: one rewritten line on a terminal, plain lines
+(every few seconds) otherwise, so logs of a non-interactive rebuild stay readable."""
 
 from __future__ import annotations
 
@@ -10,45 +7,55 @@ import sys
 import time
 from typing import TextIO
 
+__all__ = ["Progress"]
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
 
 class Progress:
-    def __init__(self, label: str, unit: str = "records", stream: TextIO | None = None,
-                 interval: float = 5.0):
+    """Shows ``done`` of ``total`` offsets, records/s and an ETA."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None,
+                 tty: bool | None = None, interval: float | None = None) -> None:
         self.label = label
-        self.unit = unit
+        self.total = max(total, 0)
         self.out = stream or sys.stderr
-        self.tty = self.out.isatty()
-        self.interval = 0.2 if self.tty else interval
+        self.tty = self.out.isatty() if tty is None else tty
+        self.interval = interval if interval is not None else (0.2 if self.tty else 2.0)
         self.t0 = time.monotonic()
-        self._last = 0.0
+        self._shown = 0.0
         self.done = 0
-        self.total = 0
+        self.records = 0
 
-    def line(self, done: int, total: int, now: float | None = None) -> str:
-        elapsed = max((now or time.monotonic()) - self.t0, 1e-9)
-        rate = done / elapsed
-        parts = [f"{self.label}: {done:,}"]
-        if total:
-            parts[0] += f"/{total:,} ({min(100.0, 100.0 * done / total):.0f}%)"
-        parts.append(f"{rate:,.0f} {self.unit}/s")
-        if total and rate > 0 and done < total:
-            parts.append(f"ETA {(total - done) / rate:,.0f} s")
-        return "  ".join(parts)
-
-    def __call__(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
+    def update(self, done: int, records: int) -> None:
+        self.done, self.records = done, records
         now = time.monotonic()
-        if now - self._last < self.interval:
-            return
-        self._last = now
-        text = self.line(done, total, now)
-        if self.tty:
-            self.out.write("\r\x1b[K" + text)
-        else:
-            self.out.write(text + "\n")
-        self.out.flush()
+        if now - self._shown >= self.interval:
+            self._shown = now
+            self._show(final=False)
 
-    def finish(self) -> None:
-        text = self.line(self.done, self.total) + f"  done in {time.monotonic() - self.t0:.1f} s"
-        self.out.write(("\r\x1b[K" if self.tty else "") + text + "\n")
+    def close(self) -> None:
+        self._show(final=True)
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        rate = self.records / elapsed
+        offset_rate = self.done / elapsed
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        left = max(self.total - self.done, 0)
+        eta = _duration(left / offset_rate) if offset_rate > 0 else "--:--"
+        width = 30
+        fill = int(width * min(pct, 100.0) / 100)
+        return (f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {min(pct, 100.0):5.1f}% "
+                f"{self.done}/{self.total} offsets, {self.records} records, "
+                f"{rate:,.0f} records/s, elapsed {_duration(elapsed)}, ETA {eta}")
+
+    def _show(self, final: bool) -> None:
+        if self.tty:
+            self.out.write("\r\x1b[K" + self.line() + ("\n" if final else ""))
+        else:
+            self.out.write(self.line() + "\n")
         self.out.flush()

@@ -16,7 +16,15 @@ import uuid
 from pathlib import Path
 
 from devstack.config import KAFKA_VERSION, StackConfig, StackError, pid_alive, read_pid
-from devstack.procs import apt_install, log, port_open, start_detached, stop_pid_file, wait_until
+from devstack.procs import (
+    apt_install,
+    log,
+    port_open,
+    start_detached,
+    stop_pid_file,
+    tail,
+    wait_until,
+)
 
 HERE = Path(__file__).resolve().parent
 READY_TIMEOUT = float(os.environ.get("EVIDENCE_KAFKA_READY_TIMEOUT", "90"))
@@ -113,7 +121,8 @@ def _format(cfg: StackConfig, libs: Path, props: Path) -> None:
             stdout=out, stderr=subprocess.STDOUT, timeout=120,
         )
     if r.returncode != 0:
-        raise StackError(f"formatting Kafka storage failed; see {fmt_log}")
+        raise StackError(f"formatting Kafka storage failed (exit {r.returncode}); see "
+                         f"{fmt_log}. Last lines:\n{tail(fmt_log)}")
 
 
 def start(cfg: StackConfig) -> str:

@@ -39,7 +39,7 @@ from .errors import (
     StoreError,
 )
 from .logs import log
-from .progress import Progress
+from cli.progress import Progress
 from .service import GenerationWriter, LogReader
 from .store import Store
 
