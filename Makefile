@@ -12,9 +12,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test]'
 	@touch $@
 
-## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then what to try
+## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then the demo
+## (`evidence demo`: record, seal, verify and replay a few calls; NO_DEMO=1 skips it)
 up: $(STAMP)
 	$(PY) -m devstack up
+	@if [ -z "$(NO_DEMO)" ]; then $(PY) -m cli.main demo; fi
 
 ## down: stop what `make up` started; CLEAN=1 also deletes .stack/
 down:

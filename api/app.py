@@ -9,7 +9,10 @@ and closes with it. Routes (OpenAPI at ``/docs``):
     GET  /streams/{stream}                    head seq/digest, record count, findings
     GET  /streams/{stream}/records            records by seq, keyset-paged (after_seq)
     GET  /streams/{stream}/records/{seq}      one record; ?include=bytes adds the bodies
+    GET  /streams/{stream}/records/{seq}/fidelity  replay fidelity of a sealed record
+    GET  /streams/{stream}/audit              re-verify one stream from its projection
     GET  /events/{event_id}                   one record by capture id
+    POST /fidelity/analyze                    replay fidelity of a run manifest
     GET  /healthz  /readyz  /metrics          no API key (see api.metrics for why)
 
 Every other route needs ``Authorization: Bearer <key>``; a record outside the key's streams is
@@ -18,6 +21,7 @@ a 404 exactly like a missing one. Errors are ``{"error", "message"}`` (see :mod:
 
 # No `from __future__ import annotations` here: FastAPI reads the routes' annotations at
 # definition time, and they refer to names local to _routes (the Caller dependency).
+import asyncio
 import json
 import logging
 import re
@@ -36,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .auth import ApiKey, Keyring
 from .config import Settings
-from .db import Database
+from .db import BYTES_COLUMNS, META_COLUMNS, Database
 from .errors import ApiError, InvalidRequest, NotFound, Unauthorized, Unavailable
 from .metrics import ApiMetrics, MetricsMiddleware
 from .models import (
@@ -163,6 +167,18 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 _VERIFY_BODY = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": VerifyRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}}
+
+
+def _manifest_body() -> dict[str, Any]:
+    # Documented as an object with a pointer to the published schema, rather than inlining
+    # it: its $defs would have to be rewritten into OpenAPI components.
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"type": "object", "description": (
+            "an evidence.replay-runtime v1 manifest; JSON Schema: "
+            "schemas/replay-runtime.schema.json")}}}}}
+
+
+_MANIFEST_BODY = _manifest_body()
 
 
 def _parse_verify(raw: bytes) -> VerifyRequest:
@@ -351,6 +367,81 @@ def _routes(settings: Settings, db: Database, metrics: ApiMetrics) -> APIRouter:
         if row is None or not key.scope.allows(row[0]):
             raise not_found(f"record event_id={eid}")
         return record_dict(row)
+
+    # -- verification ------------------------------------------------------------------------
+
+    @router.get("/streams/{stream}/audit", responses=_ERRORS, tags=["verification"],
+                summary="Re-verify one stream from its projection")
+    async def audit_stream(stream: StreamId, key: Caller) -> dict[str, Any]:
+        """Recomputes every digest and chain link of the stream from the rows' record bytes
+        (the log messages, verbatim, in log order), compares every row's columns with its
+        record bytes and the stream's head with the chain's tail. `findings_by_kind` and
+        `findings` are this audit's; `projector_findings` are what the projector recorded
+        while folding the log. `clean` is true only when both are empty. Reading the log
+        itself (not the projection) is `evidence audit`'s job."""
+        if not key.scope.allows(stream):
+            raise not_found(f"stream {stream}")
+        from audit.run import _output_text
+        from audit.stream_audit import StreamAudit
+
+        sa = StreamAudit(stream, output_text=_output_text())
+        async for rows in db.audit_chunks(stream):
+            # Decoding and hashing are CPU work: off the event loop, chunk by chunk.
+            await asyncio.to_thread(sa.add_rows, rows)
+        head = await db.head(stream)
+        if sa.rows == 0 and head is None:
+            raise not_found(f"stream {stream}")
+        sa.check_head(None if head is None else (head[1], head[2]))
+        found, count = await db.findings(stream, _FINDINGS_SHOWN)
+        out = sa.to_dict()
+        out["projector_findings_count"] = count
+        out["projector_findings"] = [finding_dict(f) for f in found]
+        out["clean"] = out["clean"] and count == 0
+        return out
+
+    @router.get("/streams/{stream}/records/{seq}/fidelity", responses=_ERRORS,
+                tags=["verification"], summary="Replay fidelity of a sealed record")
+    async def record_fidelity(stream: StreamId, seq: Annotated[int, Path(ge=1, le=MAX_SEQ)],
+                              key: Caller) -> dict[str, Any]:
+        """Two reports from manifests derived from the record: `log_replay` (the response
+        served verbatim from the log: exact when request and response bytes are kept) and
+        `live_reexecution` (the recorded request sent to the hosted API again: at best
+        controlled, a hosted API guarantees no determinism). Each has `level`,
+        `missing_evidence`, `manifest_sha256` and the `manifest` analyzed."""
+        if not key.scope.allows(stream):
+            raise not_found(f"record stream={stream} seq={seq}")
+        row = await db.record(stream, seq, True)
+        if row is None:
+            raise not_found(f"record stream={stream} seq={seq}")
+        from fidelity import analyze_record
+
+        return analyze_record(dict(zip((*META_COLUMNS, *BYTES_COLUMNS), row)))
+
+    @router.post("/fidelity/analyze", responses={**_ERRORS, 422: {"model": ErrorBody}},
+                 tags=["verification"], summary="Replay fidelity of a run manifest",
+                 openapi_extra=_MANIFEST_BODY)
+    async def fidelity_analyze(request: Request, _key: Caller) -> dict[str, Any]:
+        """The body is an `evidence.replay-runtime` v1 manifest (JSON Schema:
+        `schemas/replay-runtime.schema.json`). Answers `level`, every gap in
+        `missing_evidence` with its impact, and `manifest_sha256` (SHA-256 of the RFC 8785
+        canonical JSON). An invalid manifest is a 422 `invalid_manifest` whose `problems`
+        name each violation by JSON path."""
+        from fidelity import ManifestError, analyze
+
+        raw = await request.body()
+        try:
+            manifest = json.loads(raw) if raw else None
+        except ValueError as e:
+            raise InvalidRequest(f"the body is not valid JSON: {e}") from None
+        if manifest is None:
+            raise InvalidRequest("a JSON body (an evidence.replay-runtime manifest) is required")
+        try:
+            return analyze(manifest).to_dict()
+        except ManifestError as e:
+            return _error(422, "invalid_manifest",
+                          f"the manifest is not a valid evidence.replay-runtime v1 manifest "
+                          f"({len(e.problems)} problem{'s' if len(e.problems) != 1 else ''})",
+                          problems=e.problems)
 
     # -- operations (no API key) -------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import psycopg
 from psycopg.types.numeric import Int8
@@ -196,6 +196,35 @@ class Database:
                 count = (await (await conn.execute(
                     self._q["findings_count"], (stream,))).fetchone())[0]
         return head, findings, count
+
+    # -- audit ---------------------------------------------------------------------------
+
+    async def audit_chunks(self, stream: str, chunk: int = 500) -> AsyncIterator[list[tuple[Any, ...]]]:
+        """Every ``records`` row of ``stream`` (``RECORD_COLUMNS``) in log order, in chunks,
+        through a server-side cursor: a long stream is streamed, never loaded at once."""
+        from projections.rows import RECORD_COLUMNS
+
+        sql = (f'select {", ".join(RECORD_COLUMNS)} from "{self.views}".records '
+               f"where stream = %s order by log_partition, log_offset")
+        with translate("audit"):
+            async with self._connection() as conn:
+                async with conn.transaction():
+                    async with conn.cursor(name="stream_audit") as cur:
+                        await cur.execute(sql, (stream,))
+                        while rows := await cur.fetchmany(chunk):
+                            yield rows
+
+    async def head(self, stream: str) -> tuple[Any, ...] | None:
+        return await self._one("head", self._q["head"], (stream,))
+
+    async def findings(self, stream: str, limit: int) -> tuple[list[tuple[Any, ...]], int]:
+        """The projector's first ``limit`` findings for ``stream`` and how many there are."""
+        with translate("findings"):
+            async with self._connection() as conn:
+                rows = await (await conn.execute(self._q["findings"], (stream, limit))).fetchall()
+                count = (await (await conn.execute(
+                    self._q["findings_count"], (stream,))).fetchone())[0]
+        return rows, count
 
     # -- health --------------------------------------------------------------------------
 

@@ -4,11 +4,17 @@
   verification core (``audit.verify``).
 - :func:`run_audit` / :class:`AuditReport` — the log from offset 0, the writer's heads, then
   the live projection (``audit.run``); ``evidence audit`` on the command line.
+- :class:`StreamAudit` — one stream re-verified from its projection rows
+  (``GET /streams/{stream}/audit``).
+- ``audit.export`` — one record with the ``printf``/``sha256sum`` commands that re-verify it
+  (``evidence export``); ``audit.harness`` — the divergence harness (``evidence harness``,
+  docs/harness.md).
 """
 
 from audit.errors import AuditError
 from audit.run import AuditReport, run_audit
+from audit.stream_audit import StreamAudit
 from audit.verify import KINDS, Finding, LogAuditor, compare_projection
 
-__all__ = ["KINDS", "AuditError", "AuditReport", "Finding", "LogAuditor", "compare_projection",
-           "run_audit"]
+__all__ = ["KINDS", "AuditError", "AuditReport", "Finding", "LogAuditor", "StreamAudit",
+           "compare_projection", "run_audit"]

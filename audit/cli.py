@@ -55,8 +55,10 @@ def run(args: argparse.Namespace) -> int:
     bar: list[Progress] = []
 
     def progress(done: int, total: int) -> None:
+        # Offsets read of the log's end offsets (commit markers take offsets too); on a
+        # terminal one rewritten line, in a log file a line every few seconds.
         if not bar:
-            bar.append(Progress("reading the log", total))
+            bar.append(Progress(f"auditing {settings.names.log}", total))
         bar[0].update(done, done)
 
     try:
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"evidence audit: cannot run: {e}", file=sys.stderr)
         return 1
     if bar:
+        bar[0].records = report.messages
         bar[0].close()
     if args.json is not None:
         text = json.dumps(report.to_dict(), indent=2)
@@ -85,8 +88,10 @@ def _print_summary(report) -> None:
     for s, n in sorted(report.streams.items()):
         k = sum(1 for f in report.findings if f.stream == s)
         print(f"{s:<40} {n:>9,} {k:>9,}")
+    lag = (f" ({report.projection_lag:,} log records not projected yet, not compared)"
+           if report.projection_lag else "")
     print(f"{len(report.streams)} streams, {report.messages:,} log messages, "
-          f"projection {'checked' if report.projection_checked else 'not checked'}")
+          f"projection {'checked' if report.projection_checked else 'not checked'}{lag}")
     if report.clean:
         print("CLEAN: every chain links, every digest recomputes"
               + (", the projection matches the log" if report.projection_checked else ""))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -29,25 +29,39 @@ def _consumer(bootstrap: str) -> Consumer:
 
 
 def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
-               progress: Callable[[int, int], None] | None = None
+               progress: Callable[[int, int], None] | None = None,
+               start: Mapping[int, int] | None = None,
+               ends: dict[int, int] | None = None,
                ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
     """Yield ``(partition, offset, key, value)`` of every committed message, partition by
-    partition interleaved in fetch order (offset order within a partition)."""
+    partition interleaved in fetch order (offset order within a partition).
+
+    Reads from ``start[partition]`` (default: the beginning) to the end each partition has
+    when the read starts; ``ends``, if given, is filled with those end offsets. Transaction
+    markers and aborted messages take offsets but are never yielded; a partition is done at
+    its end-of-partition event. ``progress(done, total)`` is called after every batch.
+    """
+    start = dict(start or {})
     c = _consumer(bootstrap)
     try:
         md = c.list_topics(topic, timeout=15).topics.get(topic)
         if md is None or md.error is not None:
             raise AuditError(f"topic {topic} does not exist on {bootstrap}")
         parts = sorted(md.partitions)
-        total = 0
-        ends = {}
+        ends = {} if ends is None else ends
+        firsts: dict[int, int] = {}
         for p in parts:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
-            ends[p] = high
-            total += max(0, high - low)
-        pending = {p for p in parts if ends[p] > 0}
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        done = 0
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=15,
+                                                cached=False)
+            ends[p], firsts[p] = high, max(low, start.get(p, low))
+        total = sum(max(0, ends[p] - firsts[p]) for p in parts)
+        pending = {p for p in parts if ends[p] > firsts[p]}
+        if progress is not None:
+            progress(0, total)
+        if not pending:
+            return
+        c.assign([TopicPartition(topic, p, firsts[p]) for p in sorted(pending)])
+        reached = dict(firsts)  # next offset per partition, for the progress count
         last_progress = time.monotonic()
         while pending:
             msgs = c.consume(1000, timeout=0.5)
@@ -60,15 +74,21 @@ def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         pending.discard(m.partition())
+                        reached[m.partition()] = max(reached[m.partition()],
+                                                     min(m.offset(), ends[m.partition()]))
                         continue
                     raise AuditError(f"reading {topic}: {err}") from KafkaException(err)
                 last_progress = time.monotonic()
-                done += 1
-                if m.offset() + 1 >= ends[m.partition()]:
-                    pending.discard(m.partition())
-                yield m.partition(), m.offset(), m.key(), m.value()
+                p, o = m.partition(), m.offset()
+                if o >= ends[p]:  # appended after the read started: the next audit's
+                    pending.discard(p)
+                    continue
+                reached[p] = o + 1
+                if o + 1 >= ends[p]:
+                    pending.discard(p)
+                yield p, o, m.key(), m.value()
             if progress is not None:
-                progress(done, total)
+                progress(sum(reached[p] - firsts[p] for p in parts), total)
     except KafkaException as e:
         raise AuditError(f"Kafka at {bootstrap}: {e.args[0]}") from e
     finally:

@@ -45,3 +45,14 @@ def locate(database_url: str, stream: str, seq: int, views: str = "evidence"
     except psycopg.Error as e:
         raise AuditError(f"PostgreSQL: {e}") from e
     return (row[0], row[1]) if row else None
+
+
+def projected_positions(database_url: str, views: str, topic: str) -> dict[int, int]:
+    """The projector's next offset per partition of ``topic`` (stored with its rows)."""
+    try:
+        with psycopg.connect(database_url) as conn:
+            rows = conn.execute(f'select partition, next_offset from "{views}".positions '
+                                "where topic = %s", (topic,)).fetchall()
+    except psycopg.Error as e:
+        raise AuditError(f"PostgreSQL: {e}") from e
+    return {p: n for p, n in rows}

@@ -56,6 +56,12 @@ class StreamState:
     records: int = 0
     last_seq: int = 0
     last_digest: bytes = GENESIS
+    last_pos: tuple[int, int] | None = None
+    prev_of_last: bytes = GENESIS
+    # Other copies of the tail seq that link to the same predecessor: a fork. The writer only
+    # ever continues its own chain, so the copy the next record (or the writer's head) links
+    # to is the writer's, and the other is not. record_digest -> (partition, offset).
+    forks: dict[bytes, tuple[int, int]] = field(default_factory=dict)
     seen: set[int] = field(default_factory=set)
 
 
@@ -111,6 +117,8 @@ class LogAuditor:
 
         if seq in st.seen:
             self._find("duplicate", *where, f"seq {seq} appears again")
+            if seq == st.last_seq and bytes(seal["prev_digest"]) == st.prev_of_last:
+                st.forks[bytes(seal["record_digest"])] = (partition, offset)
         elif seq != st.last_seq + 1:
             if seq > st.last_seq + 1:
                 missing = (f"{st.last_seq + 1}" if seq == st.last_seq + 2
@@ -118,12 +126,17 @@ class LogAuditor:
                 self._find("gap", *where, f"seq {missing} missing before seq {seq}")
             else:
                 self._find("gap", *where, f"seq {seq} after seq {st.last_seq}: out of order")
-        if bytes(seal["prev_digest"]) != st.last_digest and seq not in st.seen:
-            self._find("broken_link", *where,
-                       f"prev_digest {bytes(seal['prev_digest']).hex()[:16]}… is not the "
-                       f"previous record_digest {st.last_digest.hex()[:16]}…")
-        recomputed = record_digest(bytes(seal["prev_digest"]), seq, seal["occurred_at"],
-                                   stored_body)
+        prev = bytes(seal["prev_digest"])
+        if seq not in st.seen and prev != st.last_digest:
+            if seq == st.last_seq + 1 and prev in st.forks:
+                # The chain continues from another copy of the previous seq: that copy is the
+                # writer's, the one the auditor had taken as the tail is not.
+                self._abandon(stream, st, prev)
+            else:
+                self._find("broken_link", *where,
+                           f"prev_digest {prev.hex()[:16]}… is not the previous "
+                           f"record_digest {st.last_digest.hex()[:16]}…")
+        recomputed = record_digest(prev, seq, seal["occurred_at"], stored_body)
         if recomputed != bytes(seal["record_digest"]):
             self._find("record_digest_mismatch", *where,
                        f"record_digest does not recompute (stored "
@@ -139,6 +152,19 @@ class LogAuditor:
             if seq > st.last_seq:
                 st.last_seq = seq
                 st.last_digest = bytes(seal["record_digest"])
+                st.last_pos = (partition, offset)
+                st.prev_of_last = prev
+                st.forks = {}
+
+    def _abandon(self, stream: str, st: StreamState, writer_digest: bytes) -> None:
+        """Two copies of seq ``st.last_seq`` link to the same predecessor; the writer's chain
+        (its next record, or its head) continues from ``writer_digest``: name the other."""
+        pos = st.last_pos or (None, None)
+        self._find("not_sealed_by_writer", stream, st.last_seq, *pos,
+                   f"seq {st.last_seq} has two copies; the writer's chain continues from the "
+                   f"copy at {st.forks[writer_digest][0]}:{st.forks[writer_digest][1]}, so this "
+                   f"one was not sealed by the writer")
+        st.last_digest, st.last_pos = writer_digest, st.forks.pop(writer_digest)
 
     def _check_body(self, body: dict[str, Any], where: tuple) -> None:
         if body["request_bytes"] is not None and \
@@ -175,15 +201,20 @@ class LogAuditor:
                            "from the writer")
                 continue
             seq, digest = head
-            if (seq, bytes(digest)) == (st.last_seq, st.last_digest):
+            digest = bytes(digest)
+            if (seq, digest) == (st.last_seq, st.last_digest):
+                continue
+            if seq == st.last_seq and digest in st.forks:
+                self._abandon(stream, st, digest)
                 continue
             if st.last_seq > seq:
-                self._find("not_sealed_by_writer", stream, st.last_seq, None, None,
+                pos = st.last_pos if st.last_seq == seq + 1 else None
+                self._find("not_sealed_by_writer", stream, st.last_seq, *(pos or (None, None)),
                            f"the log runs to seq {st.last_seq} but the writer sealed up to "
                            f"seq {seq}: records after it were not written by the writer")
             else:
-                self._find("head_mismatch", stream, st.last_seq, None, None,
-                           f"writer head is seq {seq} {bytes(digest).hex()[:16]}…, the log "
+                self._find("head_mismatch", stream, st.last_seq, *(st.last_pos or (None, None)),
+                           f"writer head is seq {seq} {digest.hex()[:16]}…, the log "
                            f"ends at seq {st.last_seq} {st.last_digest.hex()[:16]}…")
 
     def counts(self) -> Counter:
@@ -192,8 +223,12 @@ class LogAuditor:
 
 def compare_projection(index: dict[tuple[int, int], Indexed],
                        rows: Iterable[tuple[tuple[Any, ...], tuple[Any, ...] | None]],
-                       stream: str | None = None) -> list[Finding]:
+                       stream: str | None = None,
+                       window: dict[int, int] | None = None) -> list[Finding]:
     """Compare projection rows with the log.
+
+    With ``window`` (partition -> end offset), only positions below the end are compared:
+    the log was read that far and the projector has got that far; the rest is lag, not damage.
 
     ``rows`` yields ``(row, recomputed)``: a ``records`` row as stored (RECORD_COLUMNS order)
     and the row recomputed from its own ``record_bytes`` (None if they do not decode). A row
@@ -207,6 +242,8 @@ def compare_projection(index: dict[tuple[int, int], Indexed],
         if stream is not None and row_stream != stream:
             continue
         key = (partition, offset)
+        if window is not None and offset >= window.get(partition, 0):
+            continue
         seen.add(key)
         logged = index.get(key)
         where = (row_stream, row_seq, partition, offset)
@@ -224,6 +261,8 @@ def compare_projection(index: dict[tuple[int, int], Indexed],
             findings.append(Finding("projection_altered", *where,
                                     f"row columns differ from the record: {diff}"))
     for key, logged in sorted(index.items()):
+        if window is not None and key[1] >= window.get(key[0], 0):
+            continue
         if key not in seen and (stream is None or logged.stream == stream):
             findings.append(Finding("projection_missing", logged.stream, logged.seq, key[0],
                                     key[1], "the log has this record; the projection does not"))

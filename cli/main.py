@@ -54,6 +54,7 @@ SUBCOMMAND_MODULES = {
     "export": "audit.export_cli",
     "harness": "audit.harness_cli",
     "fidelity": "fidelity.cli",
+    "demo": "cli.demo",
 }
 
 

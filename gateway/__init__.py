@@ -18,6 +18,7 @@ Modules, from the outside in:
     producer   IntakeProducer: the only module importing confluent_kafka
     spool      Spool: the local durable append-only spool
     errors     GatewayError and its subclasses, under schemas.EvidenceError
+    fake_provider  FakeProvider: a local OpenAI/Anthropic look-alike for demos and tests
 """
 
 from .adapters import PROMPT_KEYS, RequestFacts, ResponseFacts, Route

@@ -9,4 +9,6 @@ pytest_plugins = [
     "tests.fixtures.log",
     "tests.fixtures.readmodel",
     "tests.fixtures.api_server",
+    "tests.fixtures.pipeline",
+    "tests.fixtures.audit",
 ]

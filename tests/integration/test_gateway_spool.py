@@ -1,10 +1,12 @@
 """Kafka down while the application keeps calling: the calls return promptly, the captures
-spool to disk, and once Kafka is back they appear on intake in order, exactly the spooled ones."""
+spool to disk, and once Kafka is back they appear on intake in order, exactly the spooled ones,
+and a writer against that broker seals them into its log, gapless and chained."""
 
 from __future__ import annotations
 
 import hashlib
 import socket
+import sys
 import time
 import uuid
 
@@ -15,7 +17,9 @@ from devstack import StackConfig
 from devstack import kafka as devkafka
 from gateway import Recorder
 from gateway.spool import scan
+import schemas
 from tests.fixtures.provider import read_intake
+from tests.fixtures.writer import WriterProcess, verify_log, wait_for_count, writer_env
 from topics import TopicNames, TopicSettings, ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -51,13 +55,15 @@ def content_keys(fake) -> list[bytes]:
     return [hashlib.sha256(b"\x00" + s.request_body).digest() for s in fake.seen]
 
 
-def test_kafka_down_captures_spool_and_appear_once_kafka_is_back(tmp_path, fake_provider):
+def test_kafka_down_captures_spool_and_appear_in_the_log_once_kafka_is_back(tmp_path,
+                                                                           fake_provider):
     cfg = StackConfig(root=tmp_path / "kafka", kafka_port=free_port(), controller_port=free_port())
     settings = TopicSettings(names=TopicNames(f"spool{uuid.uuid4().hex[:8]}"), partitions=3)
     spool_dir = tmp_path / "spool"
     n = 8
     recorder = Recorder(cfg.bootstrap, "acme:spool-test", topic_prefix=settings.names.prefix,
                         spool_dir=spool_dir, delivery_timeout_ms=3000, close_timeout=20)
+    writer = None
     try:
         recorder.start()
         call_n(recorder, fake_provider, n, "down")
@@ -84,8 +90,29 @@ def test_kafka_down_captures_spool_and_appear_once_kafka_is_back(tmp_path, fake_
         m = recorder.metrics.snapshot()
         assert (m["captured"], m["spooled"], m["resent"], m["delivered"], m["failed"]) == \
             (n + 1, n, n, 1, 0)
+
+        # The writer on the broker that was down seals them: the spooled captures are seq
+        # 1..n in the order they were made, the direct one n+1, each exactly once.
+        writer = WriterProcess([sys.executable, "-m", "cli.main", "writer"], writer_env(
+            cfg.bootstrap, settings, transactional_id=f"tx-{settings.names.prefix}",
+            group_id=f"wg-{settings.names.prefix}"))
+        log = wait_for_count(cfg.bootstrap, settings.names.log, n + 1, 45, writer.assert_alive)
+        by_stream = verify_log(log)
+        assert list(by_stream) == ["acme:spool-test"]
+        sealed = by_stream["acme:spool-test"]
+        assert len(sealed) == n + 1
+        spooled_events = [schemas.decode(e.value)[1] for e in spooled]
+        assert [r["body"]["event_id"] for r in sealed[:n]] == \
+            [e["event_id"] for e in spooled_events]
+        assert [r["body"] for r in sealed[:n]] == spooled_events  # sealed as captured
+        assert [r["body"]["content_key"] for r in sealed] == content_keys(fake_provider)
+        assert [r["body"]["response_bytes"] for r in sealed] == \
+            [s.response_body for s in fake_provider.seen]
+        assert writer.terminate() == 0
     finally:
         recorder.close(timeout=5)
+        if writer is not None and writer.alive():
+            writer.kill()
         devkafka.stop(cfg)
 
 

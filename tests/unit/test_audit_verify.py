@@ -129,3 +129,57 @@ def test_projection_comparison():
 
     extra = _rows(values) + [(record_row(values[0], 5, 99), record_row(values[0], 5, 99))]
     assert [f.kind for f in compare_projection(index, extra)] == ["projection_extra"]
+
+
+def test_a_rogue_copy_the_writer_sealed_over_is_named_by_its_position():
+    # A rogue appends seq 4 (a valid continuation); the writer, not knowing, seals its own
+    # seq 4 and then seq 5 on top of it. The chain forks at 4 and continues from the writer's.
+    recs = chain("s", 3)
+    tail = recs[-1]["seal"]["record_digest"]
+    rogue = chain("s", 1, start_seq=3, prev=tail)
+    mine = chain("s", 2, start_seq=3, prev=tail)
+    a = audit(enc(recs + rogue + mine),
+              heads={"s": (5, mine[-1]["seal"]["record_digest"])})
+    assert [(f.kind, f.seq, f.offset) for f in a.findings] == [
+        ("duplicate", 4, 4), ("not_sealed_by_writer", 4, 3)]
+
+    # Before the writer seals on top of its copy, its head names which copy is its own.
+    a = audit(enc(recs + rogue + mine[:1]),
+              heads={"s": (4, mine[0]["seal"]["record_digest"])})
+    assert [(f.kind, f.seq, f.offset) for f in a.findings] == [
+        ("duplicate", 4, 4), ("not_sealed_by_writer", 4, 3)]
+
+
+def test_projection_comparison_stops_at_the_window():
+    values = enc(chain("s", 4))
+    index = audit(values).index
+    rows = _rows(values)[:2]  # the projector has got to offset 2; the log to 4
+    assert compare_projection(index, rows, window={0: 2}) == []
+    assert [f.kind for f in compare_projection(index, rows)] == ["projection_missing"] * 2
+
+
+def test_stream_audit_from_projection_rows():
+    from audit.stream_audit import StreamAudit
+
+    recs = chain("s", 3)
+    values = enc(recs)
+    rows = [record_row(v, 0, off) for off, v in enumerate(values)]
+    head = (3, recs[-1]["seal"]["record_digest"])
+
+    sa = StreamAudit("s")
+    sa.add_rows(rows[:2])
+    sa.add_rows(rows[2:])
+    sa.check_head(head)
+    assert sa.to_dict()["clean"] and sa.to_dict()["records"] == 3
+
+    sa = StreamAudit("s")  # the last row deleted: the head names it
+    sa.add_rows(rows[:2])
+    sa.check_head(head)
+    assert [(f.kind, f.seq) for f in sa.findings] == [("head_mismatch", 2)]
+
+    a, b = list(rows[0]), list(rows[1])
+    a[3], b[3] = b[3], a[3]
+    sa = StreamAudit("s")
+    sa.add_rows([tuple(a), tuple(b), rows[2]])
+    sa.check_head(head)
+    assert sa.to_dict()["findings_by_kind"] == {"projection_altered": 2}
