@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test,bench]'
 	@touch $@
 
 ## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then the demo
@@ -31,6 +31,12 @@ test: $(STAMP)
 ## unit: the pure tests only, no services
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+## bench: the benchmarks on the local stack (QUICK=1: the same, under 3 minutes; BENCH_ARGS=...)
+##        writes bench/results/<date>.{json,md,png}
+bench: $(STAMP)
+	$(PY) -m devstack up
+	$(PY) -m bench $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 status: $(STAMP)
 	$(PY) -m devstack status

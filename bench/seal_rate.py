@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -99,6 +100,8 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--batch-max-messages", type=int, default=None)
     ap.add_argument("--batch-linger-ms", type=int, default=None)
+    ap.add_argument("--profile", metavar="PATH", default=None,
+                    help="run the writer under py-spy and write a flame graph (svg) or speedscope json")
     args = ap.parse_args()
 
     settings = TopicSettings(names=TopicNames(f"bench{uuid.uuid4().hex[:8]}"), partitions=args.partitions)
@@ -113,7 +116,12 @@ def main() -> int:
             opts["batch_max_messages"] = args.batch_max_messages
         if args.batch_linger_ms is not None:
             opts["batch_linger_ms"] = args.batch_linger_ms
-        writer = WriterProcess([sys.executable, "-m", "cli.main", "writer"],
+        cmd = [sys.executable, "-m", "cli.main", "writer"]
+        if args.profile:
+            fmt = "speedscope" if args.profile.endswith(".json") else "flamegraph"
+            cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-r", "200",
+                   "-f", fmt, "-o", args.profile, "--"] + cmd
+        writer = WriterProcess(cmd,
                                writer_env(args.bootstrap, settings, **opts))
         writer.wait_ready(60)
         t0 = writer.wait_event("assigned")["ts"]
@@ -127,6 +135,10 @@ def main() -> int:
             assert time.monotonic() < deadline, "writer did not finish in 600 s"
             time.sleep(0.2)
         seal_rate = args.captures / (t1 - t0)
+        if args.profile:  # stop the writer under py-spy, so py-spy sees it exit and writes
+            for child in Path(f"/proc/{writer.pid}/task/{writer.pid}/children").read_text().split():
+                os.kill(int(child), signal.SIGTERM)
+            writer.wait(120)
         writer.terminate()
         plain = plain_producer_rate(args.bootstrap, settings.names.rejected, args.captures, 1300, args.streams)
         result = {"captures": args.captures, "streams": args.streams, "partitions": args.partitions,

@@ -9,8 +9,8 @@ Schemas (``avro/*.avsc``, namespace ``evidence.v1``), named in ``SCHEMA_NAMES``:
 
 Codec (Avro single-object encoding, no registry needed):
     encode, decode, body_bytes, split_record, fingerprint, parsing_canonical_form
-    writer fast paths: HEADER_SIZE, schema_name_for, read_body, canonical_body_bytes,
-    encode_sealed
+    writer fast paths: HEADER_SIZE, schema_name_for, read_canonical_body, read_body,
+    canonical_body_bytes, encode_sealed
 
 Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
     content_key (0x00), response_digest (0x01), input_digest (0x02),
@@ -35,6 +35,7 @@ from .codec import (
     fingerprint,
     parsing_canonical_form,
     read_body,
+    read_canonical_body,
     schema_name_for,
     split_record,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "parsing_canonical_form",
     "prompt_digest",
     "read_body",
+    "read_canonical_body",
     "record_digest",
     "response_digest",
     "schema_name_for",

@@ -19,6 +19,7 @@ import fastavro
 from fastavro.validation import validate
 
 from ._avro import BY_FINGERPRINT, SCHEMA_NAMES, SCHEMAS, _Loaded
+from ._fastread import compile_reader
 from .errors import DecodeError, EncodeError, TruncatedError
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "fingerprint",
     "parsing_canonical_form",
     "read_body",
+    "read_canonical_body",
     "schema_name_for",
     "split_record",
 ]
@@ -50,6 +52,10 @@ def _schema(schema_name: str) -> _Loaded:
         return SCHEMAS[schema_name]
     except KeyError:
         raise ValueError(f"unknown schema {schema_name!r}; expected one of {SCHEMA_NAMES}") from None
+
+
+_FAST = {name: compile_reader(schema.parsed) for name, schema in SCHEMAS.items()}
+"""Per schema, the strict canonical reader of ``schemas._fastread`` (None: no fast path)."""
 
 
 def fingerprint(schema_name: str) -> bytes:
@@ -124,6 +130,14 @@ def decode(data: bytes) -> tuple[str, dict[str, Any]]:
     """
     data = _as_bytes(data)
     schema = _header(data)
+    fast = _FAST[schema.name]
+    if fast is not None:
+        # The strict reader (schemas._fastread) gives fastavro's answer, ~3x faster, for
+        # canonical bytes, which is every record the writer seals; anything else, including
+        # every error, is left to fastavro so errors read the same.
+        got = fast(data, _HEADER_SIZE)
+        if got is not None and got[1] == len(data):
+            return schema.name, got[0]
     fo = io.BytesIO(data)
     fo.seek(_HEADER_SIZE)
     record = _read(schema, fo)
@@ -183,6 +197,22 @@ def read_body(data: bytes, start: int = _HEADER_SIZE) -> tuple[dict[str, Any], i
     return record, fo.tell()
 
 
+_CANONICAL_CAPTURE = _FAST["CaptureEvent"]
+
+
+def read_canonical_body(data: bytes, start: int = _HEADER_SIZE) -> tuple[dict[str, Any], int] | None:
+    """Decode a CaptureEvent body at ``data[start]`` if its bytes are canonical Avro binary.
+
+    Returns ``(record, end)`` such that ``data[start:end] == canonical_body_bytes(record)``
+    and ``record`` equals what ``read_body`` returns, in one pass and without re-encoding;
+    or None when that cannot be shown (non-canonical, truncated, malformed: take
+    ``read_body`` and ``canonical_body_bytes`` to find out which). See ``schemas._fastread``.
+    """
+    if _CANONICAL_CAPTURE is None:  # pragma: no cover - only if the schema outgrew the reader
+        return None
+    return _CANONICAL_CAPTURE(_as_bytes(data), start)
+
+
 def canonical_body_bytes(body: dict[str, Any]) -> bytes:
     """Return the Avro binary of a CaptureEvent dict that came from ``read_body``/``decode``.
 
@@ -195,8 +225,13 @@ def canonical_body_bytes(body: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
+_SMALL_VARINTS = tuple(bytes([z]) for z in range(0x80))
+
+
 def _varint_long(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)  # zig-zag; also right for Avro int, whose values fit in 32 bits
+    if z < 0x80:
+        return _SMALL_VARINTS[z]
     out = bytearray()
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
@@ -220,6 +255,15 @@ _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
+_EVIDENCE_RECORD_HEADER = MARKER + SCHEMAS["EvidenceRecord"].fingerprint
+
+
+def _check_int(name: str, v: object, lo: int, hi: int) -> None:
+    if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi:
+        return  # an int subclass in range
+    raise EncodeError(f"Seal.{name} must be an int in [{lo}, {hi}], got {v!r}")
+
+
 def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
     """Return the single-object EvidenceRecord whose body is the Avro binary ``body_avro``.
 
@@ -234,17 +278,22 @@ def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
         prev, digest = seal["prev_digest"], seal["record_digest"]
         w = seal["writer"]
         part, off = seal["intake_partition"], seal["intake_offset"]
-        for name, v, lo, hi in (("seq", seq, _LONG_MIN, _LONG_MAX),
-                                ("occurred_at", occurred_at, _LONG_MIN, _LONG_MAX),
-                                ("intake_partition", part, _INT_MIN, _INT_MAX),
-                                ("intake_offset", off, _LONG_MIN, _LONG_MAX)):
-            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                raise EncodeError(f"Seal.{name} must be an int in [{lo}, {hi}], got {v!r}")
+        # Straight-line checks, as this runs once per sealed record: a plain int in range
+        # passes at once; anything else (bool, an int subclass, out of range) is judged
+        # by _check_int.
+        if not (type(seq) is int and _LONG_MIN <= seq <= _LONG_MAX):
+            _check_int("seq", seq, _LONG_MIN, _LONG_MAX)
+        if not (type(occurred_at) is int and _LONG_MIN <= occurred_at <= _LONG_MAX):
+            _check_int("occurred_at", occurred_at, _LONG_MIN, _LONG_MAX)
+        if not (type(part) is int and _INT_MIN <= part <= _INT_MAX):
+            _check_int("intake_partition", part, _INT_MIN, _INT_MAX)
+        if not (type(off) is int and _LONG_MIN <= off <= _LONG_MAX):
+            _check_int("intake_offset", off, _LONG_MIN, _LONG_MAX)
         for name, v in (("prev_digest", prev), ("record_digest", digest)):
             if not isinstance(v, (bytes, bytearray)) or len(v) != 32:
                 raise EncodeError(f"Seal.{name} must be 32 bytes")
         parts = [
-            MARKER, SCHEMAS["EvidenceRecord"].fingerprint, _as_bytes(body_avro),
+            _EVIDENCE_RECORD_HEADER, _as_bytes(body_avro),
             _varint_long(seq), _varint_long(occurred_at), bytes(prev), bytes(digest),
             _writer_identity(w["writer_id"], w["transactional_id"], w["version"]),
             _varint_long(part), _varint_long(off),

@@ -24,9 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help="static group membership id [EVIDENCE_WRITER_GROUP_INSTANCE_ID, default: the transactional id]")
     a("--writer-id", dest="writer_id", help="writer identity stamped in seals [EVIDENCE_WRITER_ID, default host:pid]")
     a("--batch-max-messages", dest="batch_max_messages", type=int,
-      help="messages per transaction at most [EVIDENCE_WRITER_BATCH_MAX_MESSAGES, default 500]")
+      help="messages per transaction at most [EVIDENCE_WRITER_BATCH_MAX_MESSAGES, default 5000]")
     a("--batch-linger-ms", dest="batch_linger_ms", type=int,
-      help="longest wait for a batch to fill [EVIDENCE_WRITER_BATCH_LINGER_MS, default 50]")
+      help="longest wait for a batch to fill once it has a message [EVIDENCE_WRITER_BATCH_LINGER_MS, default 20]")
     a("--dedup-window-s", dest="dedup_window_s", type=int,
       help="how long a sealed event_id is remembered [EVIDENCE_WRITER_DEDUP_WINDOW_S, default 7 days]")
     a("--dedup-max-ids", dest="dedup_max_ids", type=int,

@@ -30,6 +30,7 @@ from schemas import (
     encode,
     encode_sealed,
     read_body,
+    read_canonical_body,
     record_digest,
     response_digest,
     schema_name_for,
@@ -108,6 +109,13 @@ def validate(value: bytes | None, key: bytes | None, max_message_bytes: int) -> 
         return _reject(Reason.UNKNOWN_FINGERPRINT, f"unknown schema fingerprint {fp.hex()}")
     if name != "CaptureEvent":
         return _reject(Reason.WRONG_SCHEMA, f"a {name}, not a CaptureEvent")
+    # Fast path (nearly every capture): one strict pass that decodes the body and proves its
+    # bytes canonical, so they are sealed as they came, with no re-encoding to compare.
+    fast = read_canonical_body(value)
+    if fast is not None and fast[1] == len(value):
+        return _check_semantics(fast[0], value, key, canonical=True)
+    # Slow path: anything the strict reader would not vouch for. fastavro says whether it is
+    # malformed, truncated or merely not canonical (then it is re-encoded and repaired).
     try:
         body, end = read_body(value)
     except TruncatedError as e:
@@ -116,10 +124,11 @@ def validate(value: bytes | None, key: bytes | None, max_message_bytes: int) -> 
         return _reject(Reason.MALFORMED, str(e))
     if end != len(value):
         return _reject(Reason.MALFORMED, f"{len(value) - end} trailing bytes after the body")
-    return _check_semantics(body, value, key)
+    return _check_semantics(body, value, key, canonical=False)
 
 
-def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None) -> Capture | Rejection:
+def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
+                     canonical: bool) -> Capture | Rejection:
     version = body["schema_version"]
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         return _reject(Reason.UNSUPPORTED_VERSION, f"schema_version {version!r} is not supported")
@@ -142,13 +151,16 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None) -> C
             response_digest(response), body["response_digest"]):
         return _reject(Reason.DIGEST_MISMATCH, "response_digest does not match response_bytes")
     # The sealed body must be the canonical Avro binary (record_digest covers it and any
-    # other implementation must recompute the same bytes). fastavro writes canonical Avro,
-    # so one re-encode both checks and, if needed, repairs the intake bytes.
-    canonical = canonical_body_bytes(body)
+    # other implementation must recompute the same bytes). The fast path has proved that
+    # already; otherwise fastavro (which writes canonical Avro) re-encodes, which both
+    # checks and, if needed, repairs the intake bytes.
     intake_body = value[HEADER_SIZE:]
-    if canonical == intake_body:
+    if canonical:
         return Capture(stream, event_id, intake_body)
-    return Capture(stream, event_id, canonical, reencoded=True)
+    reencoded = canonical_body_bytes(body)
+    if reencoded == intake_body:
+        return Capture(stream, event_id, intake_body)
+    return Capture(stream, event_id, reencoded, reencoded=True)
 
 
 def _missing_fields(body: dict[str, Any]) -> str:

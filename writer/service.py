@@ -48,6 +48,7 @@ __all__ = ["WriterService"]
 _FENCED_CODES = frozenset({_KError._FENCED, _KError.PRODUCER_FENCED, _KError.INVALID_PRODUCER_EPOCH,
                            _KError.FENCED_INSTANCE_ID})
 _TIMEOUT_S = 30.0
+_IDLE_WAIT_S = 0.2  # an idle writer checks for a stop request this often
 _TAIL_PROBE = 256  # offsets scanned back from the log end to find each stream's last record
 
 
@@ -329,10 +330,25 @@ class WriterService:
 
     # -- the loop ----------------------------------------------------------------------------
     def _consume(self) -> list[Message]:
-        assert self._consumer is not None
+        """The next batch: what is already fetched, plus what arrives within the linger.
+
+        ``Consumer.consume(n, t)`` returns early only when ``n`` messages are there, so with
+        ``t`` as the linger every batch under light load would wait the whole linger before it
+        even started. Instead, as Kafka's producer does with linger.ms: the linger starts when
+        a batch has its first message. Idle, the writer waits for that first message at most
+        ``_IDLE_WAIT_S`` (then the loop checks for a stop request and comes back). Under load
+        the prefetched messages fill the batch at once and nothing waits.
+        """
+        consumer, cfg = self._consumer, self.config
+        assert consumer is not None
         with _kafka_errors("consume"):
-            msgs = self._consumer.consume(self.config.batch_max_messages,
-                                          self.config.batch_linger_ms / 1000)
+            msgs = consumer.consume(cfg.batch_max_messages, 0)
+            if not msgs:
+                first = consumer.poll(_IDLE_WAIT_S)
+                msgs = [first] if first is not None else []
+            if msgs and len(msgs) < cfg.batch_max_messages and cfg.batch_linger_ms > 0:
+                msgs += consumer.consume(cfg.batch_max_messages - len(msgs),
+                                         cfg.batch_linger_ms / 1000)
         good = []
         for m in msgs:
             err = m.error()

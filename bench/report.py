@@ -1,0 +1,107 @@
+"""Write a run's results: ``<stem>.json`` (everything), ``<stem>.md`` (the table people read)
+and ``<stem>.png`` (the same-run ratios against their targets)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    m, cfg = r["machine"], r["config"]
+    lines = [f"# evidence-store bench, {r['started']}", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB RAM, "
+             f"{m['os']}, Python {m['python']}. Load average at start: {m['loadavg']}.", "",
+             f"Run: {'QUICK' if cfg['quick'] else 'full'}, {cfg['captures']:,} captures of "
+             f"{cfg['response_bytes']} B responses over {cfg['streams']} streams, "
+             f"{cfg['partitions']} partitions; wall time {r.get('wall_s', 0):.0f} s.", "",
+             "## Ratios (same run) against targets", "",
+             "| measure | value | baseline | ratio | target | met |", "|---|---|---|---|---|---|"]
+    for t in r["targets"]:
+        lines.append(f"| {t['name']} | {t['value']} | {t['baseline']} | {t['ratio']} | "
+                     f"{t['target']} | {'yes' if t['met'] else '**no**'} |")
+    s = r["sealing"]
+    lines += ["", "## 1. Sealing throughput", "",
+              "| what | records/s | seconds |", "|---|---|---|",
+              f"| writer (validate, seal, chain, exactly-once txn) | {_fmt(s['writer']['records_per_s'])} "
+              f"| {s['writer']['seconds']} |"]
+    for p in s["plain_producer"]:
+        lines.append(f"| plain idempotent producer, same bytes ({p['when']}) | "
+                     f"{_fmt(p['records_per_s'])} | {p['seconds']} |")
+    if s.get("eventsourcing"):
+        e = s["eventsourcing"]
+        lines.append(f"| eventsourcing PostgreSQL recorder, batches of {e['batch']} | "
+                     f"{_fmt(e['records_per_s'])} | {e['seconds']} |")
+    lines += ["", "## 2. Capture-to-queryable latency (Recorder → writer → projector → API)", "",
+              "| offered/s | achieved/s | captures | visible | p50 ms | p95 ms | p99 ms | max ms |",
+              "|---|---|---|---|---|---|---|---|"]
+    for x in r["latency"]:
+        lines.append(f"| {_fmt(x['rate_offered'])} | {_fmt(x['rate_achieved'])} | {x['captures']} | "
+                     f"{x['visible']} | {x['p50_ms']} | {x['p95_ms']} | {x['p99_ms']} | {x['max_ms']} |")
+    b = r["rebuild"]
+    lines += ["", "## 3. Projection rebuild", "",
+              "| what | records/s | seconds |", "|---|---|---|",
+              f"| rebuild from offset 0 (blue/green, checks, swap) | {_fmt(b['records_per_s'])} | {b['seconds']} |",
+              f"| binary COPY of the same rows, unindexed table | {_fmt(b['copy_rows_per_s'])} | {b['copy_seconds']} |",
+              "", "## 4. Replay verify vs a bare primary-key route (same server)", "",
+              "| concurrency | verify req/s | p50 ms | p99 ms | bare req/s | p50 ms | p99 ms | ratio |",
+              "|---|---|---|---|---|---|---|---|"]
+    for v in r["verify"]:
+        a, c = v["verify"], v["bare"]
+        lines.append(f"| {v['concurrency']} | {a['rps']:.0f} | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} | "
+                     f"{c['rps']:.0f} | {c['p50_ms']:.1f} | {c['p99_ms']:.1f} | {v['ratio']:.2f} |")
+    lines += ["", "## 5. Peak RSS (VmHWM) during 1–4", "", "| process | MiB |", "|---|---|"]
+    for name, mib in r["peak_rss_mib"].items():
+        lines.append(f"| {name} | {_fmt(mib, 1)} |")
+    lines += ["", f"Reproduce: `{r['command']}`", ""]
+    return "\n".join(lines)
+
+
+def chart(r: dict[str, Any], path: Path) -> bool:
+    """A bar per ratio target, the target as a tick; False if matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ts = [t for t in r["targets"] if t.get("ratio_value") is not None]
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(ts) + 1.5))
+    names = [t["name"] for t in ts]
+    vals = [t["ratio_value"] for t in ts]
+    goals = [t["target_value"] for t in ts]
+    ys = range(len(ts))
+    ax.barh(ys, vals, color=["tab:green" if t["met"] else "tab:red" for t in ts])
+    ax.scatter(goals, ys, marker="|", s=400, color="black", label="target", zorder=3)
+    for y, v in zip(ys, vals):
+        ax.text(v, y, f" {v:.2f}×", va="center")
+    ax.set_yticks(list(ys), names)
+    ax.set_xscale("log")
+    ax.set_xlabel("same-run ratio (log scale)")
+    ax.set_title(f"evidence-store bench {r['started']} ({'QUICK' if r['config']['quick'] else 'full'})")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def write(r: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.md"]
+    paths[0].write_text(json.dumps(r, indent=2) + "\n")
+    paths[1].write_text(markdown(r))
+    png = out_dir / f"{stem}.png"
+    if chart(r, png):
+        paths.append(png)
+    return paths

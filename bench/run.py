@@ -1,0 +1,416 @@
+"""``python -m bench [--quick]``: the five measurements of issue 6, each against a same-run
+baseline, then ``bench/results/<date>.{json,md,png}``.
+
+1. Sealing. N captures (1 KiB responses, 16 streams) are pre-loaded into a fresh intake; the
+   writer (a subprocess) is started and timed from "partitions assigned" until its committed
+   intake offsets reach the end. Baselines: (a) the same (key, value) bytes produced by a
+   plain idempotent producer to a scratch topic, once before and once after the writer (the
+   faster is used, so the ratio is not flattered by a slow moment); (b) ``eventsourcing``'s
+   PostgreSQL recorder appending the same bytes as events (``bench.peer``).
+2. Capture-to-queryable latency through the Recorder at fixed offered rates
+   (``bench.latency``), with the writer still running, a projector and the API as processes.
+3. Rebuild from offset 0 over the records of 1 and 2 (blue/green, with the projector live),
+   then a binary COPY of the same rows into an unindexed table.
+4. ``POST /replay/verify`` at increasing concurrency from this process against the API
+   process, interleaved with a bare primary-key route in the same server.
+5. Peak RSS (VmHWM) of the writer, projector and API processes.
+
+Every run makes its own topics and schemas (prefix ``bench<hex>``) and drops them after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import shlex
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "bench" / "results"
+
+FULL = {"captures": 200_000, "rates": "100,1000,5000", "latency_seconds": 10.0,
+        "concurrency": "1,4,16,64", "verify_seconds": 5.0}
+QUICK = {"captures": 20_000, "rates": "100,1000", "latency_seconds": 4.0,
+         "concurrency": "1,16", "verify_seconds": 2.0}
+
+
+def _say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = int(next(l for l in Path("/proc/meminfo").read_text().splitlines()
+                           if l.startswith("MemTotal")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        mem_kib = 0
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
+            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+            "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+
+
+# -- 1. sealing ---------------------------------------------------------------------------------
+
+def make_messages(n: int, streams: int, response_bytes: int) -> list[tuple[bytes, bytes]]:
+    """(key, CaptureEvent bytes) for n captures; capture i is stream i % streams, so its seq
+    is i // streams + 1 and its output text is ``answer {i}`` (verify needs both)."""
+    from schemas import canonical_body_bytes, encode, fingerprint, output_digest
+    from schemas.codec import MARKER
+    from tests.fixtures.writer import make_capture
+
+    header = MARKER + fingerprint("CaptureEvent")
+    out = []
+    half = response_bytes // 2
+    for i in range(n):
+        e = make_capture(f"bench:s-{i % streams}", response=os.urandom(half).hex().encode(),
+                         output_digest=output_digest(f"answer {i}"))
+        if i == 0:  # the bench's own events are known good; check the fast encoding once
+            assert header + canonical_body_bytes(e) == encode("CaptureEvent", e)
+        out.append((e["stream"].encode(), header + canonical_body_bytes(e)))
+    return out
+
+
+def produce_all(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
+                **config: Any) -> float:
+    """Produce every message with an idempotent producer; return the seconds to all acked."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": 5, "batch.size": 1_000_000, **config})
+    t0 = time.perf_counter()
+    produce = p.produce
+    for key, value in messages:
+        while True:
+            try:
+                produce(topic, value, key)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(300) != 0:
+        raise RuntimeError(f"producing to {topic} did not finish")
+    return time.perf_counter() - t0
+
+
+def seal(args: argparse.Namespace, settings: Any, messages: list[tuple[bytes, bytes]],
+         scratch: list[str]) -> tuple[dict[str, Any], Any]:
+    from bench.peer import eventsourcing_rate
+    from bench.seal_rate import committed, intake_end
+    from tests.fixtures.writer import WriterProcess, writer_env
+
+    n = len(messages)
+    _say(f"preloading {n} captures into {settings.names.intake}")
+    produce_all(args.bootstrap, settings.names.intake, messages)
+    ends = intake_end(args.bootstrap, settings)
+    assert sum(tp.offset for tp in ends) == n, "intake does not hold every capture"
+
+    plain = []
+    _say("baseline (a): plain idempotent producer, same bytes")
+    s = produce_all(args.bootstrap, scratch[0], messages)
+    plain.append({"when": "before the writer", "seconds": round(s, 2), "records_per_s": round(n / s)})
+
+    peer = None
+    if not args.no_peer:
+        _say("baseline (b): eventsourcing PostgreSQL recorder")
+        peer = eventsourcing_rate(args.database_url, f"{args.tag}_es", messages, args.es_batch)
+
+    _say("the writer")
+    opts = {"transactional_id": f"{args.tag}-writer", "group_id": f"{args.tag}-writer"}
+    cmd = [sys.executable, "-m", "cli.main", "writer"]
+    if args.profile:
+        cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-r", "200",
+               "-f", "speedscope", "-o", str(args.profile), "--"] + cmd
+    writer = WriterProcess(cmd, writer_env(args.bootstrap, settings, **opts))
+    writer.wait_ready(120)
+    t0 = writer.wait_event("assigned")["ts"]
+    deadline = time.monotonic() + 1800
+    while True:
+        offs = committed(args.bootstrap, opts["group_id"], ends)
+        if all(o >= tp.offset for o, tp in zip(offs, ends)):
+            t1 = time.time()
+            break
+        writer.assert_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError("the writer did not seal everything in 30 minutes")
+        time.sleep(0.1)
+    w = {"seconds": round(t1 - t0, 2), "records_per_s": round(n / (t1 - t0))}
+
+    _say("baseline (a) again, after the writer")
+    s = produce_all(args.bootstrap, scratch[1], messages)
+    plain.append({"when": "after the writer", "seconds": round(s, 2), "records_per_s": round(n / s)})
+    return {"writer": w, "plain_producer": plain, "eventsourcing": peer}, writer
+
+
+# -- 2.–4. ------------------------------------------------------------------------------------
+
+def wait_projected(url: str, views: str, n: int, svc: Any, timeout: float = 1800) -> float:
+    import psycopg
+
+    t0 = time.monotonic()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            svc.assert_alive()
+            try:
+                got = conn.execute(f'select count(*) from "{views}".records').fetchone()[0]
+            except psycopg.Error:
+                got = 0
+            if got >= n:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"projected {got} of {n} records in {timeout} s")
+            time.sleep(0.2)
+
+
+def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
+    from bench.rebuild_rate import _copy_baseline
+    from projections.rebuild import rebuild
+    from projections.rows import record_row
+    from tests.fixtures.writer import read_all
+
+    _say("rebuild from offset 0")
+    r = rebuild(cfg, show_progress=False)
+    _say("reading the log for the COPY baseline")
+    msgs = read_all(args.bootstrap, cfg.log_topic, timeout=600)
+    rows = [record_row(m.value(), m.partition(), m.offset()) for m in msgs]
+    del msgs
+    _say(f"binary COPY of {len(rows)} rows")
+    copy_s = _copy_baseline(args.database_url, f"{args.tag}_copy", rows)
+    return {"records": r.records, "seconds": round(r.seconds, 2),
+            "records_per_s": round(r.records / r.seconds), "copy_rows": len(rows),
+            "copy_seconds": round(copy_s, 2), "copy_rows_per_s": round(len(rows) / copy_s)}
+
+
+def verify_vs_bare(args: argparse.Namespace, base: str, key: str, n: int,
+                   offsets: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    from bench.api_verify import _drive
+
+    rng = random.Random(7)
+
+    def verify_req():
+        i = rng.randrange(n)
+        text = f"answer {i}" if i % 2 else "something else"  # half match: the same work
+        return "POST", "/replay/verify", {"stream": f"bench:s-{i % args.streams}",
+                                          "seq": i // args.streams + 1, "replayed_output": text}
+
+    def bare_req():
+        p, o = rng.choice(offsets)
+        return "GET", f"/_bench/pk/{p}/{o}", None
+
+    out = []
+    for c in args.concurrency_levels:
+        _say(f"verify vs bare at concurrency {c}")
+        rounds: dict[str, list[dict[str, Any]]] = {"verify": [], "bare": []}
+        for name, make in (("bare", bare_req), ("verify", verify_req)):
+            asyncio.run(_drive(base, key, make, min(1.0, args.verify_seconds), c))  # warm-up
+        for name, make in (("bare", bare_req), ("verify", verify_req),
+                           ("verify", verify_req), ("bare", bare_req)):
+            rounds[name].append(asyncio.run(_drive(base, key, make, args.verify_seconds, c)))
+        res: dict[str, Any] = {"concurrency": c}
+        for name, rs in rounds.items():
+            res[name] = {"rps": round(sum(r["rps"] for r in rs) / len(rs), 1),
+                         "p50_ms": round(max(r["p50_ms"] for r in rs), 2),
+                         "p99_ms": round(max(r["p99_ms"] for r in rs), 2),
+                         "errors": sum(r["errors"] for r in rs)}
+        res["ratio"] = round(res["verify"]["rps"] / res["bare"]["rps"], 3)
+        out.append(res)
+    return out
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def _targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    s = r["sealing"]
+    w = s["writer"]["records_per_s"]
+    plain = max(p["records_per_s"] for p in s["plain_producer"])
+    t = [{"name": "sealing / plain producer", "value": f"{w:,} rec/s", "baseline": f"{plain:,} rec/s",
+          "ratio_value": w / plain, "target_value": 0.5}]
+    if s.get("eventsourcing"):
+        es = s["eventsourcing"]["records_per_s"]
+        t.append({"name": "sealing / eventsourcing", "value": f"{w:,} rec/s",
+                  "baseline": f"{es:,.0f} rec/s", "ratio_value": w / es, "target_value": 5.0})
+    b = r["rebuild"]
+    t.append({"name": "rebuild / binary COPY", "value": f"{b['records_per_s']:,} rec/s",
+              "baseline": f"{b['copy_rows_per_s']:,} rows/s",
+              "ratio_value": b["records_per_s"] / b["copy_rows_per_s"], "target_value": 0.5})
+    best_v = max(r["verify"], key=lambda v: v["verify"]["rps"])
+    best_b = max(r["verify"], key=lambda v: v["bare"]["rps"])
+    t.append({"name": "verify / bare route (peak req/s)",
+              "value": f"{best_v['verify']['rps']:,.0f} req/s (c={best_v['concurrency']})",
+              "baseline": f"{best_b['bare']['rps']:,.0f} req/s (c={best_b['concurrency']})",
+              "ratio_value": best_v["verify"]["rps"] / best_b["bare"]["rps"], "target_value": 0.7})
+    at_1k = next((x for x in r["latency"] if x["rate_offered"] == 1000), None)
+    if at_1k and at_1k["p99_ms"] == at_1k["p99_ms"]:  # not NaN
+        t.append({"name": "p99 capture-to-queryable at 1k/s", "value": f"{at_1k['p99_ms']} ms",
+                  "baseline": "250 ms budget", "ratio_value": 250 / at_1k["p99_ms"],
+                  "target_value": 1.0, "ratio_label": "budget / p99"})
+    for x in t:
+        x["met"] = x["ratio_value"] >= x["target_value"]
+        x["ratio"] = f"{x['ratio_value']:.2f}×"
+        x["target"] = (f"≥ {x['target_value']}×" if "ratio_label" not in x else "p99 < 250 ms")
+    return t
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    a = ap.add_argument
+    a("--quick", action="store_true", help="smaller and shorter: the `make bench QUICK=1` run")
+    a("--captures", type=int, help=f"captures to seal (default {FULL['captures']:,}; quick {QUICK['captures']:,})")
+    a("--streams", type=int, default=16)
+    a("--partitions", type=int, default=6)
+    a("--response-bytes", type=int, default=1024)
+    a("--rates", help="offered capture rates per second, comma-separated")
+    a("--latency-seconds", type=float, help="seconds of load per rate")
+    a("--concurrency", help="verify concurrency levels, comma-separated")
+    a("--verify-seconds", type=float, help="seconds per verify/bare round")
+    a("--es-batch", type=int, default=1000,
+      help="events per eventsourcing insert_events call (5000 deadlocks its psycopg pipeline here)")
+    a("--no-peer", action="store_true", help="skip the eventsourcing baseline")
+    a("--profile", type=Path, help="record the writer with py-spy (speedscope JSON) to this path")
+    a("--bootstrap", help="Kafka (default: EVIDENCE_KAFKA_BOOTSTRAP, else .stack/env)")
+    a("--database-url", help="PostgreSQL (default: EVIDENCE_DATABASE_URL, else .stack/env)")
+    a("--out", type=Path, default=RESULTS, help="directory for the results files")
+    a("--stem", help="file name stem (default: UTC date and time)")
+    args = ap.parse_args(argv)
+    for k, v in (QUICK if args.quick else FULL).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    args.rate_list = [float(x) for x in str(args.rates).split(",") if x]
+    args.concurrency_levels = [int(x) for x in str(args.concurrency).split(",") if x]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from devstack import StackConfig, read_env
+    from projections import ProjectorConfig
+    from topics import TopicNames, TopicSettings, ensure_topics
+
+    env = {**read_env(StackConfig.from_env()), **os.environ}
+    args.bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    args.database_url = args.database_url or env.get(
+        "EVIDENCE_DATABASE_URL", "postgresql://evidence:evidence@127.0.0.1:5432/evidence")
+    args.tag = f"bench{uuid.uuid4().hex[:8]}"
+    started = datetime.now(timezone.utc)
+    stem = args.stem or started.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
+    wall0 = time.monotonic()
+    settings = TopicSettings(names=TopicNames(args.tag), partitions=args.partitions)
+    scratch = [f"{args.tag}.scratch-a", f"{args.tag}.scratch-b"]
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    result: dict[str, Any] = {
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+        "command": "make bench" + (" QUICK=1" if args.quick else "") +
+                   (f"  # python -m bench {shlex.join(argv or sys.argv[1:])}" if (argv or sys.argv[1:]) else ""),
+        "config": {"quick": args.quick, "captures": args.captures, "streams": args.streams,
+                   "partitions": args.partitions, "response_bytes": args.response_bytes,
+                   "rates": args.rate_list, "latency_seconds": args.latency_seconds,
+                   "concurrency": args.concurrency_levels, "verify_seconds": args.verify_seconds,
+                   "eventsourcing_batch": args.es_batch, "prefix": args.tag},
+    }
+    _say(f"run {args.tag}: {result['machine']['cpu']}, {result['machine']['cores']} cores; "
+         f"{args.captures} captures")
+    writer = projector = api = None
+    rss: dict[str, float | None] = {}
+    try:
+        ensure_topics(args.bootstrap, settings)
+        for f in admin.create_topics([NewTopic(t, args.partitions, 1) for t in scratch]).values():
+            f.result()
+        _say("generating captures")
+        messages = make_messages(args.captures, args.streams, args.response_bytes)
+        result["sealing"], writer = seal(args, settings, messages, scratch)
+        del messages
+
+        cfg = ProjectorConfig(database_url=args.database_url, bootstrap=args.bootstrap,
+                              topics=settings, meta_schema=f"{args.tag}_meta",
+                              views_schema=f"{args.tag}_views", generation_prefix=f"{args.tag}_g",
+                              metrics_port=0).checked()
+        from bench.services import start_api, start_projector
+
+        _say("projector and API; the projector catches up with the sealed log")
+        projector = start_projector(cfg)
+        catch_up = wait_projected(args.database_url, cfg.views_schema, args.captures, projector)
+        result["projector_catch_up"] = {"records": args.captures, "seconds": round(catch_up, 2),
+                                        "records_per_s": round(args.captures / catch_up)}
+        key = f"bench-{uuid.uuid4().hex}"
+        api, base = start_api(args.database_url, cfg.views_schema, key)
+
+        from bench.latency import measure
+
+        result["latency"] = []
+        with tempfile.TemporaryDirectory(prefix="bench-spool-") as spool:
+            for rate in args.rate_list:
+                _say(f"capture-to-queryable at {rate:g}/s for {args.latency_seconds:g} s")
+                result["latency"].append(measure(args.bootstrap, args.tag, base, key, rate,
+                                                 args.latency_seconds, Path(spool) / str(int(rate))))
+
+        result["rebuild"] = rebuild_vs_copy(args, cfg)
+
+        import psycopg
+
+        with psycopg.connect(args.database_url, autocommit=True) as conn:
+            offsets = conn.execute(f'select log_partition, log_offset from "{cfg.views_schema}".records '
+                                   "order by random() limit 5000").fetchall()
+        result["verify"] = verify_vs_bare(args, base, key, args.captures, offsets)
+
+        from bench.services import peak_rss_mib
+
+        wpid = writer.pid
+        if args.profile:  # the writer runs under py-spy: its child is the writer
+            wpid = int(Path(f"/proc/{wpid}/task/{wpid}/children").read_text().split()[0])
+        rss = {"writer": peak_rss_mib(wpid), "projector": peak_rss_mib(projector.pid),
+               "api": peak_rss_mib(api.pid)}
+        if args.profile:
+            os.kill(wpid, signal.SIGTERM)  # py-spy writes its file when the writer exits
+            writer.wait(120)
+        result["peak_rss_mib"] = rss
+        result["wall_s"] = round(time.monotonic() - wall0, 1)
+        result["targets"] = _targets(result)
+        from bench.report import write
+
+        paths = write(result, args.out, stem)
+        print(Path(paths[1]).read_text())
+        _say("wrote " + ", ".join(str(p) for p in paths))
+        return 0
+    finally:
+        for svc in (api, projector):
+            if svc is not None:
+                svc.stop()
+        if writer is not None:
+            writer.terminate(60)
+        _cleanup(args, admin, list(settings.names.all()) + scratch)
+
+
+def _cleanup(args: argparse.Namespace, admin: Any, topics: list[str]) -> None:
+    import psycopg
+
+    for f in admin.delete_topics(topics, operation_timeout=30).values():
+        try:
+            f.result()
+        except Exception:  # noqa: BLE001 - a topic that was never made
+            pass
+    with psycopg.connect(args.database_url, autocommit=True) as conn:
+        for (name,) in conn.execute("select nspname from pg_namespace where nspname like %s",
+                                    (f"{args.tag}%",)).fetchall():
+            conn.execute(f'drop schema "{name}" cascade')
+
+
+if __name__ == "__main__":
+    sys.exit(main())

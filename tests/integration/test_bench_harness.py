@@ -1,0 +1,46 @@
+"""`make bench QUICK=1`'s code path on a tiny N, so the harness does not rot.
+
+Every measurement runs (sealing with both baselines, latency through the Recorder, rebuild
+vs COPY, verify vs bare, RSS) and the three results files are written. No timing is
+asserted: this machine is shared, and the numbers mean nothing at this size.
+"""
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url, tmp_path):
+    import psycopg
+
+    from bench.run import main
+
+    rc = main(["--quick", "--captures", "320", "--rates", "50", "--latency-seconds", "1",
+               "--concurrency", "1,2", "--verify-seconds", "0.3", "--es-batch", "100",
+               "--bootstrap", kafka_bootstrap, "--database-url", database_url,
+               "--out", str(tmp_path), "--stem", "t"])
+    assert rc == 0
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert (tmp_path / "t.md").read_text().startswith("# evidence-store bench")
+    assert (tmp_path / "t.png").stat().st_size > 0
+
+    assert result["sealing"]["writer"]["records_per_s"] > 0
+    assert len(result["sealing"]["plain_producer"]) == 2
+    assert result["sealing"]["eventsourcing"]["records"] == 320
+    assert result["latency"][0]["captures"] == 50
+    assert result["latency"][0]["visible"] == 50
+    assert result["rebuild"]["records"] == result["rebuild"]["copy_rows"] == 320 + 50
+    assert [v["concurrency"] for v in result["verify"]] == [1, 2]
+    assert all(v["verify"]["errors"] == 0 and v["bare"]["errors"] == 0 for v in result["verify"])
+    assert all(result["peak_rss_mib"][p] for p in ("writer", "projector", "api"))
+    names = {t["name"] for t in result["targets"]}
+    assert {"sealing / plain producer", "sealing / eventsourcing", "rebuild / binary COPY",
+            "verify / bare route (peak req/s)"} <= names
+
+    prefix = result["config"]["prefix"]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        left = conn.execute("select nspname from pg_namespace where nspname like %s",
+                            (f"{prefix}%",)).fetchall()
+    assert left == []
