@@ -187,8 +187,17 @@ class WriterService:
             log("info", "stopped", reason="stop requested; no transaction open")
             return 0
         except FencedError as e:
-            log("error", "fenced", error=str(e), code=e.name, transactional_id=self.config.transactional_id,
-                message="another writer with this transactional id / group instance id took over; exiting")
+            return self._fenced(e)
+        except KafkaError as e:
+            # A transactional producer that is fenced often reports only a generic _FATAL on
+            # the operation it was in. Our consumer shares the writer's group.instance.id, so a
+            # new writer fences it too, by code (FENCED_INSTANCE_ID), at its next heartbeat:
+            # wait for that before calling the failure anything else.
+            fenced = self._consumer_fenced() if e.fatal else None
+            if fenced is not None:
+                return self._fenced(fenced)
+            log("error", "fatal", error=str(e), error_type=type(e).__name__,
+                message="the writer cannot continue; exiting")
             return 1
         except WriterError as e:
             log("error", "fatal", error=str(e), error_type=type(e).__name__,
@@ -196,6 +205,35 @@ class WriterService:
             return 1
         finally:
             self.close()
+
+    def _fenced(self, e: FencedError) -> int:
+        log("error", "fenced", error=str(e), code=e.name, transactional_id=self.config.transactional_id,
+            message="another writer with this transactional id / group instance id took over; exiting")
+        return 1
+
+    def _consumer_fenced(self, timeout: float = 10.0) -> FencedError | None:
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if isinstance(self._failure, FencedError):
+                return self._failure
+            try:
+                # Serves callbacks; nothing consumed here is processed.
+                for m in consumer.consume(100, 0.2):
+                    err = m.error()
+                    if err is not None and isinstance(
+                            _translate(err, "consume", consumer=True), FencedError):
+                        return _translate(err, "consume", consumer=True)
+            except KafkaException as ke:
+                err = ke.args[0] if ke.args and isinstance(ke.args[0], _KError) else None
+                if err is not None:
+                    translated = _translate(err, "consume", consumer=True)
+                    if isinstance(translated, FencedError):
+                        return translated
+                return None
+        return self._failure if isinstance(self._failure, FencedError) else None
 
     # -- librdkafka callbacks (run inside poll/consume on this thread) ---------------------------
     def _on_producer_error(self, err: _KError) -> None:
@@ -206,7 +244,11 @@ class WriterService:
 
     def _on_error(self, err: _KError, consumer: bool) -> None:
         if _is_fatal(err):
-            self._failure = self._failure or _translate(err, "kafka client", consumer)
+            translated = _translate(err, "kafka client", consumer)
+            # Fencing names the cause best; let it replace a generic fatal error seen first.
+            if self._failure is None or (isinstance(translated, FencedError)
+                                         and not isinstance(self._failure, FencedError)):
+                self._failure = translated
         else:
             log("warning", "kafka_error", code=err.name(), error=err.str())
 
