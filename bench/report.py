@@ -53,12 +53,13 @@ def markdown(r: dict[str, Any]) -> str:
               f"| rebuild from offset 0 (blue/green, checks, swap) | {_fmt(b['records_per_s'])} | {b['seconds']} |",
               f"| binary COPY of the same rows, unindexed table | {_fmt(b['copy_rows_per_s'])} | {b['copy_seconds']} |",
               "", "## 4. Replay verify vs a bare primary-key route (same server)", "",
-              "| concurrency | verify req/s | p50 ms | p99 ms | bare req/s | p50 ms | p99 ms | ratio |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| concurrency | verify req/s | p50 ms | p99 ms | failed | bare req/s | p50 ms | p99 ms | failed | ratio |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for v in r["verify"]:
         a, c = v["verify"], v["bare"]
         lines.append(f"| {v['concurrency']} | {a['rps']:.0f} | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} | "
-                     f"{c['rps']:.0f} | {c['p50_ms']:.1f} | {c['p99_ms']:.1f} | {v['ratio']:.2f} |")
+                     f"{a.get('errors', 0)} | {c['rps']:.0f} | {c['p50_ms']:.1f} | {c['p99_ms']:.1f} | "
+                     f"{c.get('errors', 0)} | {v['ratio']:.2f} |")
     lines += ["", "## 5. Peak RSS (VmHWM) during 1–4", "", "| process | MiB |", "|---|---|"]
     for name, mib in r["peak_rss_mib"].items():
         lines.append(f"| {name} | {_fmt(mib, 1)} |")
