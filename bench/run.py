@@ -112,8 +112,7 @@ def produce_all(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
 def seal(args: argparse.Namespace, settings: Any, messages: list[tuple[bytes, bytes]],
          scratch: list[str]) -> tuple[dict[str, Any], Any]:
     from bench.peer import eventsourcing_rate
-    from bench.seal_rate import committed, intake_end
-    from tests.fixtures.writer import WriterProcess, writer_env
+    from bench.seal_rate import intake_end, start_writer, time_until_sealed
 
     n = len(messages)
     _say(f"preloading {n} captures into {settings.names.intake}")
@@ -133,23 +132,8 @@ def seal(args: argparse.Namespace, settings: Any, messages: list[tuple[bytes, by
 
     _say("the writer")
     opts = {"transactional_id": f"{args.tag}-writer", "group_id": f"{args.tag}-writer"}
-    cmd = [sys.executable, "-m", "cli.main", "writer"]
-    if args.profile:
-        cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-r", "200",
-               "-f", "speedscope", "-o", str(args.profile), "--"] + cmd
-    writer = WriterProcess(cmd, writer_env(args.bootstrap, settings, **opts))
-    writer.wait_ready(120)
-    t0 = writer.wait_event("assigned")["ts"]
-    deadline = time.monotonic() + 1800
-    while True:
-        offs = committed(args.bootstrap, opts["group_id"], ends)
-        if all(o >= tp.offset for o, tp in zip(offs, ends)):
-            t1 = time.time()
-            break
-        writer.assert_alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError("the writer did not seal everything in 30 minutes")
-        time.sleep(0.1)
+    writer = start_writer(args.bootstrap, settings, opts, args.profile)
+    t0, t1 = time_until_sealed(args.bootstrap, writer, opts["group_id"], ends, timeout=1800)
     w = {"seconds": round(t1 - t0, 2), "records_per_s": round(n / (t1 - t0))}
 
     _say("baseline (a) again, after the writer")

@@ -92,6 +92,36 @@ def committed(bootstrap: str, group: str, tps: list[TopicPartition]) -> list[int
         c.close()
 
 
+
+def start_writer(bootstrap: str, settings: TopicSettings, opts: dict, profile: str | None = None,
+                 ready_timeout: float = 120) -> WriterProcess:
+    """Start ``evidence writer`` on the bench's topics, under py-spy when ``profile`` is given
+    (speedscope for a .json path, a flame graph otherwise), and wait until it is ready."""
+    cmd = [sys.executable, "-m", "cli.main", "writer"]
+    if profile:
+        fmt = "speedscope" if str(profile).endswith(".json") else "flamegraph"
+        cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-r",
+               "200", "-f", fmt, "-o", str(profile), "--"] + cmd
+    writer = WriterProcess(cmd, writer_env(bootstrap, settings, **opts))
+    writer.wait_ready(ready_timeout)
+    return writer
+
+
+def time_until_sealed(bootstrap: str, writer: WriterProcess, group_id: str, ends: list,
+                      timeout: float) -> tuple[float, float]:
+    """(start, end) wall times: from the writer's partition assignment until its committed
+    intake offsets reach ``ends`` (every pre-loaded capture sealed)."""
+    t0 = writer.wait_event("assigned")["ts"]
+    deadline = time.monotonic() + timeout
+    while True:
+        offs = committed(bootstrap, group_id, ends)
+        if all(o >= tp.offset for o, tp in zip(offs, ends)):
+            return t0, time.time()
+        writer.assert_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the writer did not seal everything in {timeout:.0f} s")
+        time.sleep(0.1)
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", default=os.environ.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
@@ -116,24 +146,8 @@ def main() -> int:
             opts["batch_max_messages"] = args.batch_max_messages
         if args.batch_linger_ms is not None:
             opts["batch_linger_ms"] = args.batch_linger_ms
-        cmd = [sys.executable, "-m", "cli.main", "writer"]
-        if args.profile:
-            fmt = "speedscope" if args.profile.endswith(".json") else "flamegraph"
-            cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-r", "200",
-                   "-f", fmt, "-o", args.profile, "--"] + cmd
-        writer = WriterProcess(cmd,
-                               writer_env(args.bootstrap, settings, **opts))
-        writer.wait_ready(60)
-        t0 = writer.wait_event("assigned")["ts"]
-        deadline = time.monotonic() + 600
-        while True:
-            offs = committed(args.bootstrap, opts["group_id"], ends)
-            if all(o >= tp.offset for o, tp in zip(offs, ends)):
-                t1 = time.time()
-                break
-            writer.assert_alive()
-            assert time.monotonic() < deadline, "writer did not finish in 600 s"
-            time.sleep(0.2)
+        writer = start_writer(args.bootstrap, settings, opts, args.profile, ready_timeout=60)
+        t0, t1 = time_until_sealed(args.bootstrap, writer, opts["group_id"], ends, timeout=600)
         seal_rate = args.captures / (t1 - t0)
         if args.profile:  # stop the writer under py-spy, so py-spy sees it exit and writes
             for child in Path(f"/proc/{writer.pid}/task/{writer.pid}/children").read_text().split():
