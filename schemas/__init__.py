@@ -10,7 +10,7 @@ Schemas (``avro/*.avsc``, namespace ``evidence.v1``), named in ``SCHEMA_NAMES``:
 Codec (Avro single-object encoding, no registry needed):
     encode, decode, body_bytes, split_record, fingerprint, parsing_canonical_form
     writer fast paths: HEADER_SIZE, schema_name_for, read_canonical_body, read_body,
-    canonical_body_bytes, encode_sealed
+    canonical_body_bytes, encode_sealed, peek_ids
 
 Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
     content_key (0x00), response_digest (0x01), input_digest (0x02),
@@ -34,6 +34,7 @@ from .codec import (
     encode_sealed,
     fingerprint,
     parsing_canonical_form,
+    peek_ids,
     read_body,
     read_canonical_body,
     schema_name_for,
@@ -83,6 +84,7 @@ __all__ = [
     "now_micros",
     "output_digest",
     "parsing_canonical_form",
+    "peek_ids",
     "prompt_digest",
     "read_body",
     "read_canonical_body",

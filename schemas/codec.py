@@ -33,6 +33,7 @@ __all__ = [
     "encode_sealed",
     "fingerprint",
     "parsing_canonical_form",
+    "peek_ids",
     "read_body",
     "read_canonical_body",
     "schema_name_for",
@@ -321,3 +322,34 @@ def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
     except (KeyError, TypeError, AttributeError) as e:
         raise EncodeError(f"Seal does not match its schema: {type(e).__name__}: {e}") from e
     return b"".join(parts)
+
+
+def _read_string(data: bytes, pos: int) -> tuple[str, int]:
+    shift = n = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    n = (n >> 1) ^ -(n & 1)
+    if n < 0 or pos + n > len(data):
+        raise DecodeError("string length out of range")
+    return data[pos:pos + n].decode("utf-8"), pos + n
+
+
+def peek_ids(record: bytes) -> tuple[str, str]:
+    """Return (stream, event_id) of an EvidenceRecord or CaptureEvent without decoding it all.
+
+    The body starts with schema_version, event_id and stream, three Avro strings; reading
+    just those keeps the writer's rebuild of its dedup window on start-up cheap. The bytes
+    are trusted to be a record of ours (they come from the log): nothing else is checked.
+    """
+    try:
+        _, pos = _read_string(record, _HEADER_SIZE)
+        event_id, pos = _read_string(record, pos)
+        stream, _ = _read_string(record, pos)
+    except (IndexError, UnicodeDecodeError) as e:
+        raise DecodeError(f"not a record body: {e}") from e
+    return stream, event_id

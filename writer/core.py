@@ -51,7 +51,6 @@ __all__ = [
     "Sealer",
     "decode_head",
     "encode_head",
-    "peek_ids",
     "seal_capture",
     "validate",
 ]
@@ -226,36 +225,6 @@ def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str
         "intake_partition": intake_partition, "intake_offset": intake_offset,
     })
     return record, Head(capture.stream, seq, digest, occurred_at, capture.event_id)
-
-
-def _read_string(data: bytes, pos: int) -> tuple[str, int]:
-    shift = n = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    n = (n >> 1) ^ -(n & 1)
-    if n < 0 or pos + n > len(data):
-        raise DecodeError("string length out of range")
-    return data[pos:pos + n].decode("utf-8"), pos + n
-
-
-def peek_ids(record: bytes) -> tuple[str, str]:
-    """Return (stream, event_id) of an EvidenceRecord or CaptureEvent without decoding it all.
-
-    The body starts with schema_version, event_id and stream, three Avro strings; reading
-    just those keeps rebuilding the dedup window on start-up cheap.
-    """
-    try:
-        _, pos = _read_string(record, HEADER_SIZE)
-        event_id, pos = _read_string(record, pos)
-        stream, _ = _read_string(record, pos)
-    except (IndexError, UnicodeDecodeError) as e:
-        raise DecodeError(f"not a record body: {e}") from e
-    return stream, event_id
 
 
 class DedupWindow:

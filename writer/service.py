@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as _KError
 
-from schemas import DecodeError, now_micros, split_record
+from schemas import DecodeError, now_micros, peek_ids, split_record
 from topics import check_topics
 from writer import __version__
 from writer.config import WriterConfig
@@ -37,7 +37,6 @@ from writer.core import (
     Sealer,
     decode_head,
     encode_head,
-    peek_ids,
 )
 from writer.errors import FencedError, KafkaError, StateMismatchError, WriterError
 from writer.logs import log

@@ -23,7 +23,8 @@ from tests.fixtures.writer import encode_capture, make_capture
 from topics import MIB
 from writer import Capture, DedupWindow, Duplicate, Head, Reason, Rejection, Sealed, Sealer, seal_capture, validate
 from writer.config import WriterConfig
-from writer.core import HEADROOM_BYTES, decode_head, encode_head, peek_ids
+from schemas import peek_ids
+from writer.core import HEADROOM_BYTES, decode_head, encode_head
 
 MAX = 16 * MIB
 W = {"writer_id": "w-1", "transactional_id": "tx", "version": "0.1.0"}
