@@ -6,9 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: up down test unit status bench lock
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e packaging/contract -e packaging/client
 	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test,bench]'
 	@touch $@
 

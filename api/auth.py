@@ -15,7 +15,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from schemas import STREAM_ID_RE
+from evidence_contract import STREAM_ID_RE
 
 from .errors import ConfigError
 

@@ -15,7 +15,7 @@ place, :func:`api.db.translate`.
 
 from __future__ import annotations
 
-from schemas import EvidenceError
+from evidence_contract import EvidenceError
 
 __all__ = ["ApiError", "ConfigError", "InvalidRequest", "NotFound", "Unauthorized", "Unavailable"]
 

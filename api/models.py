@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from schemas import STREAM_ID_RE
+from evidence_contract import STREAM_ID_RE
 
 from .db import FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 

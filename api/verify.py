@@ -21,7 +21,7 @@ import hmac
 from dataclasses import dataclass, fields
 from typing import Any
 
-from schemas import output_digest, response_digest
+from evidence_contract import output_digest, response_digest
 
 __all__ = ["Original", "VerifyResult", "verify"]
 

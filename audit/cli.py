@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from audit.errors import AuditError
     from audit.run import run_audit
     from cli.progress import Progress
-    from schemas import valid_stream_id
+    from evidence_contract import valid_stream_id
     from topics import TopicSettings
 
     if args.stream is not None and not valid_stream_id(args.stream):

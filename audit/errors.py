@@ -1,6 +1,6 @@
 """Errors of the audit."""
 
-from schemas.errors import EvidenceError
+from evidence_contract.errors import EvidenceError
 
 
 class AuditError(EvidenceError):

@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from schemas import HEADER_SIZE, fingerprint, split_record
+from evidence_contract import HEADER_SIZE, fingerprint, split_record
 
 
 def _octal(b: bytes) -> str:

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from audit.kafka_log import fetch_message
     from audit.projection_db import locate
     from audit.run import _output_text
-    from schemas import split_record, valid_stream_id
+    from evidence_contract import split_record, valid_stream_id
     from topics import TopicSettings
 
     if not valid_stream_id(args.stream) or args.seq < 1:

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from schemas import output_digest, record_digest, response_digest
+from evidence_contract import output_digest, record_digest, response_digest
 
 __all__ = ["LiveTally", "Sampler", "Served", "check_reconstruction", "summary"]
 

@@ -53,7 +53,7 @@ def _fail(msg: str, code: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from schemas import valid_stream_id
+    from evidence_contract import valid_stream_id
 
     if args.stream is not None and not valid_stream_id(args.stream):
         return _fail(f"{args.stream!r} is not a stream id", 2)
@@ -99,7 +99,7 @@ def _read_sample(args, env, bootstrap):
     from audit.errors import AuditError
     from audit.harness import Sampler
     from audit.kafka_log import read_topic
-    from schemas import DecodeError, split_record
+    from evidence_contract import DecodeError, split_record
     from topics import TopicSettings
 
     names = TopicSettings.from_env(env).names

@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Mapping
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from audit.errors import AuditError
-from schemas import DecodeError, decode
+from evidence_contract import DecodeError, decode
 
 
 def _consumer(bootstrap: str) -> Consumer:

@@ -8,7 +8,7 @@ import psycopg
 
 from audit.errors import AuditError
 from projections.rows import RECORD_COLUMNS, record_row
-from schemas import DecodeError
+from evidence_contract import DecodeError
 
 
 def projection_rows(database_url: str, views: str = "evidence", stream: str | None = None

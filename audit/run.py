@@ -56,7 +56,7 @@ class AuditReport:
 
 def _output_text() -> Callable | None:
     try:
-        from gateway.adapters import output_text_for_body
+        from evidence_client.adapters import output_text_for_body
     except ImportError:
         return None
     return output_text_for_body

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from audit.verify import KINDS, Finding, LogAuditor, OutputText, compare_projection
 from projections.rows import record_row
-from schemas import DecodeError
+from evidence_contract import DecodeError
 
 
 class StreamAudit:

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
-from schemas import (
+from evidence_contract import (
     DecodeError,
     GENESIS,
     canonical_body_bytes,

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from gateway import Recorder
-from gateway.capture import Exchange
-from schemas import content_key, now_micros
+from evidence_client import Recorder
+from evidence_client.capture import Exchange
+from evidence_contract import content_key, now_micros
 
 
 def _exchange(stream: str, i: int, response: bytes) -> Exchange:

@@ -72,8 +72,8 @@ def machine() -> dict[str, Any]:
 def make_messages(n: int, streams: int, response_bytes: int) -> list[tuple[bytes, bytes]]:
     """(key, CaptureEvent bytes) for n captures; capture i is stream i % streams, so its seq
     is i // streams + 1 and its output text is ``answer {i}`` (verify needs both)."""
-    from schemas import canonical_body_bytes, encode, fingerprint, output_digest
-    from schemas.codec import MARKER
+    from evidence_contract import canonical_body_bytes, encode, fingerprint, output_digest
+    from evidence_contract.codec import MARKER
     from tests.fixtures.writer import make_capture
 
     header = MARKER + fingerprint("CaptureEvent")

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from schemas import canonical_body_bytes, encode, fingerprint  # noqa: E402
-from schemas.codec import MARKER  # noqa: E402
+from evidence_contract import canonical_body_bytes, encode, fingerprint  # noqa: E402
+from evidence_contract.codec import MARKER  # noqa: E402
 from tests.fixtures.writer import WriterProcess, make_capture, writer_env  # noqa: E402
 from topics import TopicNames, TopicSettings, ensure_topics  # noqa: E402
 

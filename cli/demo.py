@@ -1,10 +1,10 @@
 """``evidence demo``: the whole loop on the running stack, for a newcomer after ``make up``.
 
-1. record  three calls with the official openai SDK through a ``gateway.Recorder`` against
-           the bundled fake provider (``gateway.fake_provider``, on 127.0.0.1);
+1. record  three calls with the official openai SDK through a ``evidence_client.Recorder`` against
+           the bundled fake provider (``devstack.fake_provider``, on 127.0.0.1);
 2. wait    until the writer has sealed them and the projector made them queryable (API);
 3. verify  ``POST /replay/verify``: the recorded output (MATCH), then another one (MISMATCH);
-4. replay  stop the provider and replay a call through ``gateway.Replayer``: the SDK gets
+4. replay  stop the provider and replay a call through ``evidence_client.Replayer``: the SDK gets
            the recorded bytes from storage; an unrecorded call raises ``ReplayMiss``.
 
 It uses the services ``make up`` started (writer, projector, API); settings come from
@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from schemas.errors import EvidenceError
+from evidence_contract.errors import EvidenceError
 
 HELP = "record, verify and replay a few calls on the running stack (what to look at next)"
 
@@ -103,8 +103,8 @@ def _run(args: argparse.Namespace) -> int:
         raise DemoError(f"the demo uses the official openai SDK and httpx ({e}); "
                         f"`make up` installs them, or: pip install openai") from e
     from cli.replay import _verdict
-    from gateway import Recorder
-    from gateway.fake_provider import FakeProvider
+    from evidence_client import Recorder
+    from devstack.fake_provider import FakeProvider
 
     s = _settings(args)
     stream = args.stream
@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         fake = FakeProvider().start()
         try:
             # 1. Record: the official SDK, with the Recorder's client as its http_client.
-            _say(f"1. record: 3 calls with the openai SDK through gateway.Recorder "
+            _say(f"1. record: 3 calls with the openai SDK through evidence_client.Recorder "
                  f"(fake provider at {fake.url})")
             recorder = Recorder(s["bootstrap"], stream, topic_prefix=s["prefix"],
                                 delivery_timeout_ms=10_000, close_timeout=15)
@@ -177,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
         # 4. Replay from storage: the provider is gone; the SDK still gets its answer.
         _say()
         _say("4. replay: the provider is stopped; the same call through "
-             "gateway.Replayer(api_url, api_key).http_client()")
+             "evidence_client.Replayer(api_url, api_key).http_client()")
         _replay(s, stream, fake.url, seen[0].response_body, texts[0])
 
     _next_steps(s, stream, first["seq"], texts[0])
@@ -244,7 +244,7 @@ def _verify(api: Any, s: dict[str, str], stream: str, seq: int, output: str) -> 
 def _replay(s: dict[str, str], stream: str, provider_url: str, sent: bytes, text: str) -> None:
     import openai
 
-    from gateway import Replayer, ReplayMiss
+    from evidence_client import Replayer, ReplayMiss
 
     with Replayer(s["api"], s["key"], stream=stream) as replayer:
         client = openai.OpenAI(base_url=provider_url + "/v1", api_key="unused", max_retries=0,

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Callable
 
-from schemas.errors import EvidenceError
+from evidence_contract.errors import EvidenceError
 
 EXIT_OK, EXIT_CANNOT_RUN, EXIT_USAGE = 0, 1, 2
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.errors import EvidenceError
+from evidence_contract.errors import EvidenceError
 
 KAFKA_VERSION = "4.1.1"  # keep in step with devstack/pom.xml and docker-compose.yml
 

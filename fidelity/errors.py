@@ -1,6 +1,6 @@
 """Errors of the fidelity analyzer."""
 
-from schemas.errors import EvidenceError
+from evidence_contract.errors import EvidenceError
 
 
 class ManifestError(EvidenceError):

@@ -20,7 +20,7 @@ VERSION = 1
 
 @lru_cache(maxsize=1)
 def json_schema() -> dict[str, Any]:
-    return json.loads(resources.files("schemas").joinpath("replay-runtime.schema.json").read_text())
+    return json.loads(resources.files("evidence_contract").joinpath("replay-runtime.schema.json").read_text())
 
 
 @lru_cache(maxsize=1)

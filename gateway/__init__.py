@@ -1,6 +1,6 @@
 """The capture gateway: what a Python service embeds to record its LLM calls.
 
-    from gateway import Recorder
+    from evidence_client import Recorder
 
     recorder = Recorder(bootstrap_servers="127.0.0.1:9092", stream="acme:support-bot")
     client = openai.OpenAI(http_client=recorder.http_client())           # httpx2.Client

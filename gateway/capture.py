@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import SCHEMA_VERSION, output_digest, response_digest
+from evidence_contract import SCHEMA_VERSION, output_digest, response_digest
 
 from . import adapters
 

@@ -14,7 +14,7 @@ application; failures while capturing a call are logged and counted, never raise
 
 from __future__ import annotations
 
-from schemas import EvidenceError
+from evidence_contract import EvidenceError
 
 __all__ = [
     "ConfigError",

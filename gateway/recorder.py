@@ -37,13 +37,14 @@ import queue
 import threading
 import time
 import weakref
+from importlib.metadata import version
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schemas import encode, new_event_id, valid_stream_id
-from topics import TopicNames
+from evidence_contract import encode, new_event_id, valid_stream_id
+from evidence_contract.topics import TopicNames
 
 from .capture import HASH_ONLY, VALUE, Exchange, build_event
 from .errors import ConfigError, GatewayError, ProducerError, SpoolError
@@ -56,16 +57,7 @@ __all__ = ["LIBRARY", "Metrics", "Recorder"]
 log = logging.getLogger(__name__)
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("evidence-store")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        return "0.1.0"
-
-
-LIBRARY = f"evidence-store-gateway/{_version()}"
+LIBRARY = f"evidence-store-client/{version('evidence-store-client')}"
 """``capture.library`` of every record this gateway makes."""
 
 _RESEND_BATCH = 500

@@ -1,6 +1,6 @@
 """Replay for services: HTTP clients whose transport answers from the evidence store.
 
-    from gateway import Replayer
+    from evidence_client import Replayer
 
     replayer = Replayer(api_url="http://127.0.0.1:8000", api_key="...")
     client = openai.OpenAI(api_key="unused", http_client=replayer.http_client(), max_retries=0)
@@ -32,7 +32,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from schemas import content_key
+from evidence_contract import content_key
 
 from .errors import GatewayError
 

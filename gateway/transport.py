@@ -24,7 +24,7 @@ import time
 from types import ModuleType
 from typing import Any, AsyncIterator, Callable, Iterator
 
-from schemas import content_key, now_micros
+from evidence_contract import content_key, now_micros
 
 from .capture import Exchange
 

@@ -17,7 +17,7 @@ catches them, they never reach a user.
 
 from __future__ import annotations
 
-from schemas import EvidenceError
+from evidence_contract import EvidenceError
 
 __all__ = [
     "GenerationChanged",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from schemas import GENESIS, DecodeError
+from evidence_contract import GENESIS, DecodeError
 
 from .rows import OCCURRED_AT, PREV_DIGEST, RECORD_DIGEST, SEQ, STREAM, record_row
 

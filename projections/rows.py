@@ -10,7 +10,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from schemas import DecodeError, decode
+from evidence_contract import DecodeError, decode
 
 RECORD_COLUMNS = (
     "log_partition", "log_offset", "stream", "seq", "event_id", "schema_version",

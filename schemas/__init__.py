@@ -1,5 +1,8 @@
 """The evidence-store record contract: schemas, codec, digests and record model.
 
+Imported as ``evidence_contract`` (distribution ``evidence-store-contract``, built from the
+repository's ``schemas/`` folder by ``packaging/contract``).
+
 Pure code; the only I/O is reading ``avro/*.avsc`` once at import.
 
 Schemas (``avro/*.avsc``, namespace ``evidence.v1``), named in ``SCHEMA_NAMES``:
@@ -19,6 +22,9 @@ Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
 Record model:
     new_event_id, now_micros, valid_event_id, valid_stream_id, STREAM_ID_RE,
     SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal
+
+Topic names (the wire contract's addresses):
+    TopicNames
 
 Errors:
     EvidenceError (the project's root), EncodeError, DecodeError, TruncatedError
@@ -50,6 +56,7 @@ from .digests import (
     response_digest,
 )
 from .errors import DecodeError, EncodeError, EvidenceError, TruncatedError
+from .topics import TopicNames
 from .model import (
     SCHEMA_VERSION,
     STREAM_ID_RE,
@@ -71,6 +78,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STREAM_ID_RE",
     "SUPPORTED_SCHEMA_VERSIONS",
+    "TopicNames",
     "TruncatedError",
     "body_bytes",
     "canonical_body_bytes",

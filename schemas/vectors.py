@@ -1,6 +1,6 @@
 """Published test vectors for implementers of the record contract in other languages.
 
-``python -m schemas.vectors`` rewrites ``schemas/vectors.json``; ``--check`` exits 1 if the
+``python -m evidence_contract.vectors`` rewrites ``schemas/vectors.json``; ``--check`` exits 1 if the
 file differs from what the code computes now. Everything is fixed (ids, times, bytes), so
 the output is byte-for-byte deterministic. In the JSON, bytes and fixed values are lowercase
 hex strings; which fields are bytes follows from the schemas.
@@ -209,14 +209,14 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write ``vectors.json``, or with ``--check`` report whether it is up to date."""
-    parser = argparse.ArgumentParser(prog="python -m schemas.vectors", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m evidence_contract.vectors", description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 if vectors.json is stale")
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         current = PATH.read_text("utf-8") if PATH.exists() else ""
         if current != text:
-            print(f"{PATH} is stale; run python -m schemas.vectors", file=sys.stderr)
+            print(f"{PATH} is stale; run python -m evidence_contract.vectors", file=sys.stderr)
             return 1
         return 0
     PATH.write_text(text, "utf-8")

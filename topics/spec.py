@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from schemas.errors import EvidenceError
+from evidence_contract.errors import EvidenceError
+from evidence_contract.topics import TopicNames
 
 MIB = 1024 * 1024
 DAY_MS = 24 * 60 * 60 * 1000
@@ -21,32 +22,6 @@ DAY_MS = 24 * 60 * 60 * 1000
 
 class TopicConfigError(EvidenceError):
     """An existing topic's partitions or configs differ from what evidence-store requires."""
-
-
-@dataclass(frozen=True)
-class TopicNames:
-    """The topic names under one prefix; tests use a random prefix per test."""
-
-    prefix: str = "evidence"
-
-    @property
-    def intake(self) -> str:
-        return f"{self.prefix}.intake"
-
-    @property
-    def log(self) -> str:
-        return f"{self.prefix}.log"
-
-    @property
-    def writer_state(self) -> str:
-        return f"{self.prefix}.writer-state"
-
-    @property
-    def rejected(self) -> str:
-        return f"{self.prefix}.rejected"
-
-    def all(self) -> tuple[str, str, str, str]:
-        return (self.intake, self.log, self.writer_state, self.rejected)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         service.start()
     except Exception as e:  # noqa: BLE001 - one clear line for any start-up failure
-        from schemas import EvidenceError
+        from evidence_contract import EvidenceError
 
         kind = "cannot_start" if isinstance(e, (EvidenceError, WriterError)) else "start_failed"
         log("error", kind, error=str(e), error_type=type(e).__name__)

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import (
+from evidence_contract import (
     GENESIS,
     HEADER_SIZE,
     SUPPORTED_SCHEMA_VERSIONS,
@@ -37,7 +37,7 @@ from schemas import (
     valid_event_id,
     valid_stream_id,
 )
-from schemas.codec import MARKER
+from evidence_contract.codec import MARKER
 from writer.reasons import Reason
 
 __all__ = [

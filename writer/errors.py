@@ -12,7 +12,7 @@ classes and flags, never on message text. Bad input is never an error: it is a R
 
 from __future__ import annotations
 
-from schemas import EvidenceError
+from evidence_contract import EvidenceError
 
 __all__ = ["FencedError", "KafkaError", "StateMismatchError", "WriterError"]
 

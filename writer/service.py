@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as _KError
 
-from schemas import DecodeError, now_micros, peek_ids, split_record
+from evidence_contract import DecodeError, now_micros, peek_ids, split_record
 from topics import check_topics
 from writer import __version__
 from writer.config import WriterConfig

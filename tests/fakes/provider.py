@@ -1,7 +1,7 @@
 """The fake model provider lives in the package (``evidence demo`` runs it too); the tests
 import it from here."""
 
-from gateway.fake_provider import (  # noqa: F401 - re-exported
+from devstack.fake_provider import (  # noqa: F401 - re-exported
     FINGERPRINT,
     RESPONSE_MODEL_SUFFIX,
     FakeProvider,

@@ -15,7 +15,7 @@ import anthropic
 import openai
 import pytest
 
-import schemas
+import evidence_contract as schemas
 from tests.fixtures.writer import verify_log, wait_for_count
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ import pytest
 
 from devstack import StackConfig
 from devstack import kafka as devkafka
-from gateway import Recorder
-from gateway.spool import scan
-import schemas
+from evidence_client import Recorder
+from evidence_client.spool import scan
+import evidence_contract as schemas
 from tests.fixtures.provider import read_intake
 from tests.fixtures.writer import WriterProcess, verify_log, wait_for_count, writer_env
 from topics import TopicNames, TopicSettings, ensure_topics

@@ -7,7 +7,7 @@ import os
 import psycopg
 import pytest
 
-from schemas import GENESIS
+from evidence_contract import GENESIS
 from tests.fixtures.log import heads_of, make_body, running_projector, seal_record, wait_until
 
 pytestmark = pytest.mark.integration

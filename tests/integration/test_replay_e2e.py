@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from gateway import ReplayError, Replayer, ReplayMiss
-from gateway.fake_provider import FakeProvider
+from evidence_client import ReplayError, Replayer, ReplayMiss
+from devstack.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.integration
 

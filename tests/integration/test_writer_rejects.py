@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from schemas import GENESIS, encode
-from schemas.codec import MARKER
+from evidence_contract import GENESIS, encode
+from evidence_contract.codec import MARKER
 from tests.fixtures.writer import (
     encode_capture,
     make_capture,

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from audit.export import build_export
-from schemas import GENESIS, encode, output_digest, seal
+from evidence_contract import GENESIS, encode, output_digest, seal
 from tests.unit.test_audit_verify import WRITER, body, chain
 
 

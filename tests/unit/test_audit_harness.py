@@ -4,7 +4,7 @@ import base64
 import copy
 
 from audit.harness import LiveTally, Sampler, Served, check_reconstruction, summary
-from schemas import encode, output_digest, split_record
+from evidence_contract import encode, output_digest, split_record
 from tests.unit.test_audit_verify import chain
 
 

@@ -7,8 +7,8 @@ import copy
 
 from audit import LogAuditor, compare_projection
 from projections.rows import record_row
-from schemas import GENESIS, content_key, encode, new_event_id, response_digest, seal
-from schemas.vectors import committed_event
+from evidence_contract import GENESIS, content_key, encode, new_event_id, response_digest, seal
+from evidence_contract.vectors import committed_event
 
 WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
 

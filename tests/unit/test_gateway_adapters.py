@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gateway import adapters
-from gateway.adapters import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+from evidence_client import adapters
+from evidence_client.adapters import ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 from tests.fakes.provider import (
     anthropic_body,
     anthropic_events,

@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from gateway.capture import HASH_ONLY, VALUE, Exchange, build_event, decode_body
-from schemas import decode, encode, new_event_id
+from evidence_client.capture import HASH_ONLY, VALUE, Exchange, build_event, decode_body
+from evidence_contract import decode, encode, new_event_id
 from tests.fakes.provider import chat_events
 
 REQ = b'{"model":"gpt-4o","messages":[{"role":"user","content":"q"}],"seed":1}'

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from gateway import Spool, SpoolLockedError
-from gateway.spool import scan
+from evidence_client import Spool, SpoolLockedError
+from evidence_client.spool import scan
 
 
 def items(n: int, tag: str = "v") -> list[tuple[bytes, bytes]]:

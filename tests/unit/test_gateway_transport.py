@@ -11,9 +11,9 @@ import httpx
 import httpx2
 import pytest
 
-from gateway import ConfigError, Recorder
-from gateway.capture import VALUE
-from gateway.transport import transport_classes
+from evidence_client import ConfigError, Recorder
+from evidence_client.capture import VALUE
+from evidence_client.transport import transport_classes
 
 BODY = b'{"model":"m","messages":[]}'
 URL = "https://api.openai.com/v1/chat/completions"

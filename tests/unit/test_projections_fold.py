@@ -14,7 +14,7 @@ from projections.fold import (
     fold,
 )
 from projections.rows import RECORD_COLUMNS, RECORD_TYPES, record_row
-from schemas import GENESIS, encode
+from evidence_contract import GENESIS, encode
 from tests.fixtures.log import chain, make_body, seal_record
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-import schemas
-from schemas import SCHEMA_NAMES, fingerprint, parsing_canonical_form
+import evidence_contract as schemas
+from evidence_contract import SCHEMA_NAMES, fingerprint, parsing_canonical_form
 
 AVRO_DIR = Path(schemas.__file__).parent / "avro"
 NAMESPACE = "evidence.v1"

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from schemas import (
+from evidence_contract import (
     GENESIS,
     DecodeError,
     EncodeError,
@@ -15,7 +15,7 @@ from schemas import (
     seal,
     split_record,
 )
-from schemas.vectors import committed_event, failed_event, sealed_records
+from evidence_contract.vectors import committed_event, failed_event, sealed_records
 
 WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
 

@@ -3,7 +3,7 @@ import struct
 
 import pytest
 
-from schemas import (
+from evidence_contract import (
     GENESIS,
     content_key,
     input_digest,

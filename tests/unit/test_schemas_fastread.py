@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from schemas import (
+from evidence_contract import (
     HEADER_SIZE,
     DecodeError,
     canonical_body_bytes,
@@ -18,8 +18,8 @@ from schemas import (
     read_body,
     read_canonical_body,
 )
-from schemas._fastread import compile_reader
-from schemas.vectors import committed_event, failed_event
+from evidence_contract._fastread import compile_reader
+from evidence_contract.vectors import committed_event, failed_event
 
 
 def _events():
@@ -146,8 +146,8 @@ def test_decode_gives_fastavros_answer_for_every_schema():
 
     import fastavro
 
-    from schemas import decode, encode_sealed
-    from schemas._avro import SCHEMAS
+    from evidence_contract import decode, encode_sealed
+    from evidence_contract._avro import SCHEMAS
 
     rng = random.Random(99)
     seal = {"seq": 3, "occurred_at": 1_700_000_000_000_000, "prev_digest": bytes(32),

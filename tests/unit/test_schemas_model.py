@@ -3,8 +3,8 @@ import uuid
 
 import pytest
 
-import schemas
-from schemas import (
+import evidence_contract as schemas
+from evidence_contract import (
     GENESIS,
     SCHEMA_VERSION,
     STREAM_ID_RE,
@@ -18,7 +18,7 @@ from schemas import (
     valid_event_id,
     valid_stream_id,
 )
-from schemas.vectors import committed_event
+from evidence_contract.vectors import committed_event
 
 WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
 

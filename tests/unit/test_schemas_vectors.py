@@ -4,8 +4,8 @@ import struct
 
 import pytest
 
-from schemas import decode, fingerprint, parsing_canonical_form, split_record
-from schemas.vectors import PATH, build, main, render, to_jsonable
+from evidence_contract import decode, fingerprint, parsing_canonical_form, split_record
+from evidence_contract.vectors import PATH, build, main, render, to_jsonable
 
 VECTORS = json.loads(PATH.read_text("utf-8"))
 PREFIXES = {"content_key": 0, "response_digest": 1, "input_digest": 2, "prompt_digest": 3}

@@ -1,7 +1,7 @@
 import pytest
 
 from api.verify import Original, VerifyResult, verify
-from schemas import output_digest, response_digest
+from evidence_contract import output_digest, response_digest
 
 TEXT = "Hello, world! — ünïcode ✓"
 BODY = b'{"id":"x","choices":[{"message":{"content":"Hello"}}]}'

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 import writer
-from schemas import (
+from evidence_contract import (
     GENESIS,
     body_bytes,
     content_key,
@@ -18,12 +18,12 @@ from schemas import (
     response_digest,
     split_record,
 )
-from schemas.vectors import committed_event, failed_event
+from evidence_contract.vectors import committed_event, failed_event
 from tests.fixtures.writer import encode_capture, make_capture
 from topics import MIB
 from writer import Capture, DedupWindow, Duplicate, Head, Reason, Rejection, Sealed, Sealer, seal_capture, validate
 from writer.config import WriterConfig
-from schemas import peek_ids
+from evidence_contract import peek_ids
 from writer.core import HEADROOM_BYTES, decode_head, encode_head
 
 MAX = 16 * MIB
