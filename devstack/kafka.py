@@ -88,8 +88,8 @@ transaction.state.log.num.partitions=6
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
-message.max.bytes={18 * 1024 * 1024}
-replica.fetch.max.bytes={18 * 1024 * 1024}
+message.max.bytes={66 * 1024 * 1024}
+replica.fetch.max.bytes={66 * 1024 * 1024}
 log.flush.interval.messages=9223372036854775807
 """
 

@@ -10,34 +10,41 @@
 
 Modules, from the outside in:
 
-    recorder   Recorder (clients, lifecycle, routing to Kafka or the spool), Metrics, LIBRARY
+    recorder   Recorder (clients, lifecycle, routing to Kafka or the spools), Metrics, LIBRARY
+    context    stream() and call_context(): per-call stream and application context
     replay     Replayer: clients that answer from the evidence API and never call out
     transport  capture transports for httpx2 and httpx: the one network seam
     capture    Exchange and build_event: an HTTP exchange -> CaptureEvent dict (pure)
+    sizing     the size policy: which bytes are kept verbatim, truncation (pure)
     adapters   provider detection and field extraction per wire format (pure)
-    producer   IntakeProducer: the only module importing confluent_kafka
-    spool      Spool: the local durable append-only spool
-    errors     GatewayError and its subclasses, under schemas.EvidenceError
-    fake_provider  FakeProvider: a local OpenAI/Anthropic look-alike for demos and tests
+    producer   IntakeProducer and error classes: the only module importing confluent_kafka
+    spool      Spool: the local durable append-only spool, one per process; orphan adoption
+    errors     GatewayError and its subclasses, under evidence_contract.EvidenceError
 """
 
 from .adapters import PROMPT_KEYS, RequestFacts, ResponseFacts, Route
 from .capture import HASH_ONLY, VALUE, Exchange, build_event
+from .context import CallContext, Chunk, call_context, current_call, current_stream, stream
 from .errors import (
     ConfigError,
     GatewayError,
     ProducerError,
     QueueFull,
+    RecorderUnavailable,
     SpoolError,
     SpoolLockedError,
 )
 from .recorder import LIBRARY, Metrics, Recorder
 from .replay import ReplayError, ReplayMiss, Replayer
+from .sizing import DEFAULT_MAX_VERBATIM_BYTES
 from .spool import Spool, SpoolEntry
 from .transport import transport_classes
 
 __all__ = [
+    "CallContext",
+    "Chunk",
     "ConfigError",
+    "DEFAULT_MAX_VERBATIM_BYTES",
     "Exchange",
     "GatewayError",
     "HASH_ONLY",
@@ -47,6 +54,7 @@ __all__ = [
     "ProducerError",
     "QueueFull",
     "Recorder",
+    "RecorderUnavailable",
     "ReplayError",
     "ReplayMiss",
     "Replayer",
@@ -59,5 +67,9 @@ __all__ = [
     "SpoolLockedError",
     "VALUE",
     "build_event",
+    "call_context",
+    "current_call",
+    "current_stream",
+    "stream",
     "transport_classes",
 ]

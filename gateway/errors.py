@@ -3,13 +3,17 @@
     EvidenceError                 (schemas)
     └── GatewayError              anything the gateway raises on purpose
         ├── ConfigError           a Recorder was configured wrongly (raised at construction/start)
+        ├── RecorderUnavailable   the Recorder could not start: raised at every call it would
+        │                         have recorded, so no call goes unrecorded without a sign
         ├── SpoolError            the local spool cannot be opened or written
         │   └── SpoolLockedError  another Recorder holds the spool directory
         └── ProducerError         Kafka refused or failed a produce; ``.code`` keeps librdkafka's
             └── QueueFull         the producer's local queue is full (confluent-kafka BufferError)
 
-Only ``ConfigError`` and ``SpoolError`` from an explicit ``Recorder.start()`` ever reach an
-application; failures while capturing a call are logged and counted, never raised into it.
+``ConfigError`` reaches an application at construction, ``SpoolError``/``ProducerError`` from
+an explicit ``Recorder.start()``, and ``RecorderUnavailable`` from a call through a capture
+client whose Recorder cannot start. Failures while capturing one call are logged and counted,
+never raised into it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ __all__ = [
     "GatewayError",
     "ProducerError",
     "QueueFull",
+    "RecorderUnavailable",
     "SpoolError",
     "SpoolLockedError",
 ]
@@ -34,6 +39,11 @@ class ConfigError(GatewayError, ValueError):
     """A Recorder argument is invalid (stream id, policy, timeouts, flavor)."""
 
 
+class RecorderUnavailable(GatewayError):
+    """The Recorder cannot start (spool directory unusable, bad producer config); the cause is
+    chained. Raised into the application at each call instead of making it unrecorded."""
+
+
 class SpoolError(GatewayError):
     """The local spool could not be opened, read or written."""
 
@@ -43,13 +53,15 @@ class SpoolLockedError(SpoolError):
 
 
 class ProducerError(GatewayError):
-    """A Kafka produce failed; ``code`` is librdkafka's error code (``KafkaError.code()``)."""
+    """A Kafka produce failed; ``code`` is librdkafka's error code (``KafkaError.code()``) and
+    ``kind`` its class: ``"retry"``, ``"too_large"`` or ``"permanent"`` (``producer.classify``)."""
 
     def __init__(self, message: str, code: int | None = None, retriable: bool = False,
-                 fatal: bool = False) -> None:
+                 fatal: bool = False, kind: str | None = None) -> None:
         super().__init__(message)
         self.code = code
-        self.retriable = retriable
+        self.kind = kind or ("retry" if retriable else "permanent")
+        self.retriable = self.kind == "retry"
         self.fatal = fatal
 
 

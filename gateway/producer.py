@@ -1,12 +1,17 @@
 """The intake producer: the gateway's only module that imports confluent_kafka.
 
 An idempotent producer (``enable.idempotence``, so ``acks=all`` and per-partition order
-survive retries) with ``message.max.bytes`` raised to 17 MiB, one MiB above the intake topic's
-``max.message.bytes``, so the broker rather than the client decides what is too large.
+survive retries) with ``message.max.bytes`` raised to 65 MiB, one MiB above the intake topic's
+default ``max.message.bytes``, so the broker rather than the client decides what is too large.
 ``allow.auto.create.topics`` is off: a missing intake topic must fail the delivery (and the
 capture spools) rather than be created with default configs.
 
-Kafka errors are translated here, once, into :class:`ProducerError` keeping librdkafka's code.
+Kafka errors are translated here, once, into :class:`ProducerError` keeping librdkafka's code,
+and classified (:func:`classify`): a delivery error is worth retrying later (the capture goes to
+the spool), means the message is too large for this cluster (the recorder re-sends it with its
+bodies dropped, digests kept), or is permanent (never retried; counted and kept aside). A
+delivery report's ``KafkaError.retriable()`` is not set reliably by librdkafka, so the class
+is decided from the code.
 """
 
 from __future__ import annotations
@@ -14,22 +19,47 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .errors import ProducerError, QueueFull
 
-__all__ = ["MESSAGE_MAX_BYTES", "IntakeProducer"]
+__all__ = ["MESSAGE_MAX_BYTES", "PERMANENT", "RETRY", "TOO_LARGE", "IntakeProducer", "classify"]
 
 log = logging.getLogger(__name__)
 
-MESSAGE_MAX_BYTES = 17 * 1024 * 1024
+MESSAGE_MAX_BYTES = 65 * 1024 * 1024
 
 DeliveryCallback = Callable[[ProducerError | None], None]
 
+RETRY, TOO_LARGE, PERMANENT = "retry", "too_large", "permanent"
+"""The three classes of a produce error; see :func:`classify`."""
+
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+_PERMANENT = frozenset({
+    KafkaError.INVALID_RECORD, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.INVALID_REQUIRED_ACKS,
+    KafkaError.POLICY_VIOLATION, KafkaError.UNSUPPORTED_VERSION, KafkaError._INVALID_ARG,
+    KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION,
+})
+
+
+def classify(code: int | None) -> str:
+    """``TOO_LARGE``, ``PERMANENT`` or ``RETRY`` for a librdkafka error code.
+
+    Everything not known to be permanent is retried from the spool with backoff: timeouts,
+    transport errors, a missing topic (an operator can create it), leader changes.
+    """
+    if code in _TOO_LARGE:
+        return TOO_LARGE
+    if code in _PERMANENT:
+        return PERMANENT
+    return RETRY
+
 
 def _translate(err: KafkaError) -> ProducerError:
+    kind = classify(err.code())
     return ProducerError(f"Kafka: {err.str()} ({err.name()})", code=err.code(),
-                         retriable=err.retriable(), fatal=err.fatal())
+                         retriable=kind == RETRY, fatal=err.fatal(), kind=kind)
 
 
 class IntakeProducer:
@@ -86,7 +116,9 @@ class IntakeProducer:
         return self._producer
 
     def produce(self, topic: str, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
-        """Queue one message. Raises :class:`QueueFull` when the local queue is full."""
+        """Queue one message. Raises :class:`QueueFull` when the local queue is full and
+        :class:`ProducerError` (classified) when librdkafka refuses the message itself, e.g.
+        one larger than ``message.max.bytes``."""
 
         def report(err: KafkaError | None, _msg: Any) -> None:
             if err is None:
@@ -98,6 +130,11 @@ class IntakeProducer:
         except BufferError as e:
             raise QueueFull(f"producer queue is full: {e}",
                             code=KafkaError._QUEUE_FULL, retriable=True) from e
+        except KafkaException as e:
+            err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            if err is None:
+                raise ProducerError(f"Kafka refused the message: {e}", kind=PERMANENT) from e
+            raise _translate(err) from e
 
     def poll(self, timeout: float = 0.0) -> int:
         return self._require().poll(timeout)

@@ -2,30 +2,52 @@
 
     recorder = Recorder(bootstrap_servers="127.0.0.1:9092", stream="acme:support-bot")
     client = openai.OpenAI(http_client=recorder.http_client())
-    ...
+    other = openai.OpenAI(http_client=recorder.http_client(stream="acme:tenant-2"))
+    with evidence_client.stream("acme:tenant-3"):      # per call, over the client's stream
+        client.chat.completions.create(...)
     recorder.close()
+
+One Recorder serves any number of streams with one producer and one sender thread: the
+stream is chosen per call (an ``evidence_client.stream()`` block), per client
+(``http_client(stream=...)``) or for the Recorder (``stream=``), innermost first.
 
 Threads. The application's threads only build an :class:`Exchange` and put it on a bounded
 in-memory queue (``max_pending``; a full queue waits at most ``max_block_ms``). One sender
-thread owns everything else: it builds and encodes the CaptureEvent, produces it, runs the
-producer's delivery callbacks (``poll``) and drains the spool. Keeping all delivery state on
-that one thread is what makes the ordering argument below simple.
+thread owns everything else: it builds and encodes the CaptureEvent (applying the size
+policy, ``sizing``), produces it, runs the producer's delivery callbacks (``poll``), drains the
+spools and adopts orphaned ones. Keeping all delivery state on that one thread is what makes
+the ordering argument below simple. An exception in one step is logged and counted; the
+thread goes on (it stops only in :meth:`close`).
+
+Processes. Every Recorder has a spool directory of its own under the spool root
+(``spool_dir``, default ``$EVIDENCE_SPOOL_DIR`` or ``~/.local/state/evidence-store/spool``), so
+each worker of a multi-process server records with the default settings. The spool of a
+process that ended with captures in it is an orphan: at start and every ``orphan_scan_s`` the
+Recorder takes the lock of each orphan it finds (only one process can), resends it oldest
+first, and deletes it. A Recorder that cannot start (spool root unusable, bad producer
+config) raises :class:`RecorderUnavailable` at each call made through its clients, rather than
+letting calls go unrecorded with a log line.
 
 Routing and order. Normally a capture is produced straight to Kafka ("direct"). The recorder
-becomes *degraded* when a direct delivery fails, the producer's queue is full, or librdkafka
-reports all brokers down. While degraded, new captures go to the spool, in order, except that
-while direct messages are still in flight they wait in memory (``held``): a direct message
-that later fails is appended to the spool when its callback runs, and it must land before
-anything captured after it. Callbacks of one partition arrive in produce order (idempotent
-producer), so when the in-flight count reaches zero the spool holds every failed direct
-message in order and ``held`` is appended after them. The spool is then resent oldest first,
-one batch at a time; an entry is acknowledged (given up) only after Kafka acknowledged it.
-When the spool is empty the recorder goes back to direct. A capture from an earlier Recorder
-left in the same ``spool_dir`` is therefore sent before any new one.
+becomes *degraded* when a direct delivery fails, the producer's queue is full, librdkafka
+reports all brokers down, or there are adopted orphans to resend. While degraded, new
+captures go to the spool, in order, except that while direct messages are still in flight
+they wait in memory (``held``): a direct message that later fails is appended to the spool
+when its callback runs, and it must land before anything captured after it. Callbacks of one
+partition arrive in produce order (idempotent producer), so when the in-flight count reaches
+zero the spool holds every failed direct message in order and ``held`` is appended after
+them. Adopted orphans are resent first, then the own spool, oldest first, one batch at a
+time; an entry is acknowledged (given up) only after Kafka acknowledged it. When all are
+empty the recorder goes back to direct.
+
+Errors Kafka will never accept are not retried (``producer.classify``): a capture the cluster
+refuses as too large is truncated (bodies dropped, digests and lengths kept) and sent again;
+one refused for any other permanent reason goes to ``<spool root>/undeliverable/`` with its
+reason. Both are counted (``truncated``, ``undeliverable``) and logged with the event id.
 
 ``close()`` delivers what it can within ``close_timeout``, then purges the producer (failed
 direct messages go to the spool), appends ``held``, and closes the spool: anything not
-acknowledged stays there for the next Recorder with the same ``spool_dir``.
+acknowledged stays there, an orphan for the next Recorder on the same spool root.
 """
 
 from __future__ import annotations
@@ -37,25 +59,26 @@ import queue
 import threading
 import time
 import weakref
-from importlib.metadata import version
 from collections import deque
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from evidence_contract import encode, new_event_id, valid_stream_id
+from evidence_contract import decode, encode, new_event_id, valid_stream_id
 from evidence_contract.topics import TopicNames
 
 from .capture import HASH_ONLY, VALUE, Exchange, build_event
-from .errors import ConfigError, GatewayError, ProducerError, SpoolError
-from .producer import IntakeProducer
-from .spool import Spool
+from .context import current_stream
+from .errors import ConfigError, GatewayError, ProducerError, RecorderUnavailable, SpoolError
+from .producer import RETRY, TOO_LARGE, IntakeProducer
+from .sizing import DEFAULT_MAX_VERBATIM_BYTES, apply_size_policy, truncate
+from .spool import Spool, claim_orphans, keep_undeliverable, new_spool
 from .transport import FLAVORS, transport_classes
 
 __all__ = ["LIBRARY", "Metrics", "Recorder"]
 
 log = logging.getLogger(__name__)
-
 
 LIBRARY = f"evidence-store-client/{version('evidence-store-client')}"
 """``capture.library`` of every record this gateway makes."""
@@ -74,17 +97,38 @@ def _close_live_recorders() -> None:
             log.exception("closing a Recorder at exit failed")
 
 
+def _forget_in_child() -> None:
+    # A forked child (a pre-forking server that created the Recorder in its master) has no
+    # sender thread, and librdkafka handles do not survive fork. Drop what was inherited
+    # without touching it (the parent still owns its spool and lock); the child starts afresh
+    # on its first call, with a spool of its own.
+    for r in list(_LIVE):
+        r._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+_COUNTERS = ("captured", "delivered", "spooled", "resent", "adopted", "truncated",
+             "undeliverable", "failed", "errors", "pending")
+
+
 @dataclass
 class Metrics:
     """Counters of one Recorder. ``captured`` counts calls whose CaptureEvent was built;
-    each then ends up ``delivered`` (direct), ``spooled`` (and later ``resent``), or
-    ``failed`` (logged with its event id). ``errors`` counts capture-side bugs/failures
-    that were kept away from the application; ``pending`` is the spool's length."""
+    each then ends up ``delivered`` (direct), ``spooled`` (and later ``resent``),
+    ``undeliverable`` (refused by Kafka for good, kept under ``undeliverable/``), or
+    ``failed`` (lost, logged with its event id). ``truncated`` counts captures sent without
+    their bodies (size policy); ``adopted`` those of ``resent`` that came from the orphaned
+    spools of other (ended) processes; ``errors`` capture-side failures kept away from the application; ``pending`` is
+    the number of captures waiting in this Recorder's spools."""
 
     captured: int = 0
     delivered: int = 0
     spooled: int = 0
     resent: int = 0
+    adopted: int = 0
+    truncated: int = 0
+    undeliverable: int = 0
     failed: int = 0
     errors: int = 0
     pending: int = 0
@@ -96,8 +140,7 @@ class Metrics:
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
-            return {k: getattr(self, k) for k in
-                    ("captured", "delivered", "spooled", "resent", "failed", "errors", "pending")}
+            return {k: getattr(self, k) for k in _COUNTERS}
 
 
 @dataclass
@@ -107,17 +150,25 @@ class _Entry:
     value: bytes
 
 
-def _default_spool_dir(stream: str) -> Path:
+def _default_spool_root() -> Path:
     base = os.environ.get("EVIDENCE_SPOOL_DIR")
-    root = Path(base) if base else Path.home() / ".local" / "state" / "evidence-store" / "spool"
-    return root / stream  # stream ids are [A-Za-z0-9._:-]: safe as one path component
+    return Path(base) if base else Path.home() / ".local" / "state" / "evidence-store" / "spool"
+
+
+def _event_id_of(value: bytes) -> str:
+    try:
+        return decode(value)[1]["event_id"]
+    except Exception:  # noqa: BLE001 - only for log lines
+        return "?"
 
 
 class Recorder:
-    """Captures the LLM calls of one stream and sends them to ``<topic_prefix>.intake``.
+    """Captures LLM calls and sends them to ``<topic_prefix>.intake``.
 
-    Construction validates the arguments and does no I/O; the producer, spool and sender
-    thread start in :meth:`start` (or on the first captured call) and stop in :meth:`close`.
+    ``stream`` is the default stream of the calls (optional when every client or call names
+    its own). Construction validates the arguments and does no I/O; the producer, spool and
+    sender thread start in :meth:`start` (or at the first captured call) and stop in
+    :meth:`close`.
     """
 
     def __init__(
@@ -131,6 +182,8 @@ class Recorder:
         delivery_timeout_ms: int = 30_000,
         max_block_ms: int = 1_000,
         max_pending: int = 100_000,
+        max_verbatim_bytes: int = DEFAULT_MAX_VERBATIM_BYTES,
+        orphan_scan_s: float = 10.0,
         close_timeout: float = 30.0,
         producer_config: dict[str, Any] | None = None,
         host: str | None = None,
@@ -138,74 +191,116 @@ class Recorder:
         bootstrap = bootstrap_servers or os.environ.get("EVIDENCE_KAFKA_BOOTSTRAP")
         if not bootstrap:
             raise ConfigError("bootstrap_servers is required (or set EVIDENCE_KAFKA_BOOTSTRAP)")
-        if not valid_stream_id(stream):
+        if stream is not None and not valid_stream_id(stream):
             raise ConfigError(f"stream {stream!r} is not a stream id ([A-Za-z0-9._:-]{{1,128}})")
         policy = getattr(request_policy, "value", request_policy)
         if policy not in (VALUE, HASH_ONLY):
             raise ConfigError(f"request_policy must be {VALUE!r} or {HASH_ONLY!r}, not {policy!r}")
         prefix = topic_prefix or os.environ.get("EVIDENCE_TOPIC_PREFIX") or "evidence"
         for name, value in (("delivery_timeout_ms", delivery_timeout_ms),
-                            ("max_block_ms", max_block_ms), ("max_pending", max_pending)):
-            if not isinstance(value, int) or value <= 0:
+                            ("max_block_ms", max_block_ms), ("max_pending", max_pending),
+                            ("max_verbatim_bytes", max_verbatim_bytes)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, not {value!r}")
         if close_timeout < 0:
             raise ConfigError("close_timeout must be >= 0")
-        self.stream: str = stream  # type: ignore[assignment]
+        if orphan_scan_s <= 0:
+            raise ConfigError("orphan_scan_s must be > 0")
+        self.stream: str | None = stream
         self.request_policy: str = policy
         self.topic: str = TopicNames(prefix).intake
-        self.spool_dir = Path(spool_dir) if spool_dir is not None else _default_spool_dir(self.stream)
+        self.spool_dir = Path(spool_dir) if spool_dir is not None else _default_spool_root()
+        """The spool root: this Recorder's own spool is a directory inside it."""
         self.bootstrap_servers = bootstrap
         self.host = host
         self.max_block_ms = max_block_ms
+        self.max_verbatim_bytes = max_verbatim_bytes
+        self.orphan_scan_s = orphan_scan_s
         self.close_timeout = close_timeout
         self._close_timeout = close_timeout  # what the running close() was given
         self.metrics = Metrics()
+        self._delivery_timeout_ms = delivery_timeout_ms
+        self._producer_config = producer_config
         self._producer = IntakeProducer(bootstrap, delivery_timeout_ms=delivery_timeout_ms,
                                         config=producer_config)
-        self._spool = Spool(self.spool_dir)
+        self._spool: Spool | None = None
         self._queue: queue.Queue[Exchange] = queue.Queue(max_pending)
         self._state_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._start_error: BaseException | None = None
         self._stopping = threading.Event()
         self._closed = False
         # Owned by the sender thread only:
+        self._orphans: deque[Spool] = deque()
+        self._next_scan = 0.0
         self._degraded = False
         self._inflight = 0
         self._held: deque[_Entry] = deque()
-        self._resend: tuple[list[Any], list[ProducerError | bool | None]] | None = None
+        self._resend: tuple[Spool, list[Any], list[ProducerError | bool | None]] | None = None
         self._backoff = _BACKOFF_MIN
         self._next_resend = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> "Recorder":
-        """Open the spool, create the producer and start the sender thread (idempotent).
+        """Create this process's spool, adopt orphaned ones, create the producer and start
+        the sender thread (idempotent).
 
-        Raises :class:`SpoolError` (e.g. the spool directory is in use) or
-        :class:`ProducerError` (bad producer config).
+        Raises :class:`SpoolError` (the spool root cannot be used) or :class:`ProducerError`
+        (bad producer config); the same error then makes every call through this Recorder's
+        clients raise :class:`RecorderUnavailable`.
         """
         with self._state_lock:
             if self._closed:
                 raise GatewayError("this Recorder is closed")
             if self._thread is not None:
                 return self
-            self._spool.open()
+            if self._start_error is not None:
+                raise self._start_error
             try:
-                self._producer.start()
-            except BaseException:
-                self._spool.close()
+                self._start_locked()
+            except (SpoolError, ProducerError) as e:
+                self._start_error = e
+                log.critical("evidence Recorder cannot start, so calls through it will fail "
+                             "with RecorderUnavailable: %s", e)
                 raise
-            self._degraded = len(self._spool) > 0  # an earlier Recorder's captures go first
-            self.metrics.pending = len(self._spool)
-            self._thread = threading.Thread(target=self._run, name=f"evidence-gateway[{self.stream}]",
-                                            daemon=True)
-            self._thread.start()
-            _LIVE.add(self)
         return self
+
+    def _start_locked(self) -> None:
+        spool = new_spool(self.spool_dir)
+        try:
+            self._producer.start()
+        except BaseException:
+            spool.remove()
+            raise
+        self._spool = spool
+        # Captures of earlier processes go before this one's: resend them first.
+        self._orphans = deque(claim_orphans(self.spool_dir, exclude=spool.directory))
+        self._next_scan = time.monotonic() + self.orphan_scan_s
+        self._degraded = bool(self._orphans)
+        self._update_pending()
+        self._thread = threading.Thread(target=self._run, name="evidence-client-sender",
+                                        daemon=True)
+        self._thread.start()
+        _LIVE.add(self)
+
+    def _reset_after_fork(self) -> None:
+        self._state_lock = threading.Lock()
+        self._thread = None
+        self._spool = None
+        self._orphans = deque()
+        self._held = deque()
+        self._inflight = 0
+        self._resend = None
+        self._degraded = False
+        self._queue = queue.Queue(self._queue.maxsize)
+        self._producer = IntakeProducer(self.bootstrap_servers,
+                                        delivery_timeout_ms=self._delivery_timeout_ms,
+                                        config=self._producer_config)
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what can be delivered within ``timeout`` (default ``close_timeout``) s;
-        anything else stays in the spool for the next Recorder with this ``spool_dir``."""
+        anything else stays in the spool for the next Recorder on this spool root."""
         with self._state_lock:
             if self._closed:
                 return
@@ -231,41 +326,71 @@ class Recorder:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def own_spool(self) -> Path | None:
+        """This Recorder's spool directory (inside :attr:`spool_dir`), once started."""
+        return self._spool.directory if self._spool is not None else None
+
     # -- clients ---------------------------------------------------------------------------
 
-    def _transport(self, flavor: str, asynchronous: bool, inner: Any) -> Any:
+    def _transport(self, flavor: str, asynchronous: bool, inner: Any, stream: str | None) -> Any:
         if flavor not in FLAVORS:
             raise ConfigError(f"flavor must be one of {FLAVORS}, not {flavor!r}")
+        if stream is not None and not valid_stream_id(stream):
+            raise ConfigError(f"stream {stream!r} is not a stream id ([A-Za-z0-9._:-]{{1,128}})")
         sync_cls, async_cls = transport_classes(flavor)
         cls = async_cls if asynchronous else sync_cls
-        return cls(inner, self.stream, self.request_policy, self.submit, self._capture_error)
+        return cls(inner, stream, self.request_policy, self.submit, self._capture_error,
+                   self._begin_call)
 
-    def transport(self, inner: Any = None, *, flavor: str = "httpx2") -> Any:
-        """A sync capture transport wrapping ``inner`` (default: a fresh HTTPTransport)."""
-        return self._transport(flavor, False, inner)
+    def transport(self, inner: Any = None, *, flavor: str = "httpx2",
+                  stream: str | None = None) -> Any:
+        """A sync capture transport wrapping ``inner`` (default: a fresh HTTPTransport);
+        its calls go to ``stream`` (default: the Recorder's)."""
+        return self._transport(flavor, False, inner, stream)
 
-    def async_transport(self, inner: Any = None, *, flavor: str = "httpx2") -> Any:
+    def async_transport(self, inner: Any = None, *, flavor: str = "httpx2",
+                        stream: str | None = None) -> Any:
         """An async capture transport wrapping ``inner`` (default: AsyncHTTPTransport)."""
-        return self._transport(flavor, True, inner)
+        return self._transport(flavor, True, inner, stream)
 
-    def http_client(self, *, flavor: str = "httpx2", transport: Any = None, **kwargs: Any) -> Any:
-        """An ``httpx2.Client`` (or ``httpx.Client`` for ``flavor="httpx"``) that captures.
+    def http_client(self, *, flavor: str = "httpx2", transport: Any = None,
+                    stream: str | None = None, **kwargs: Any) -> Any:
+        """An ``httpx2.Client`` (or ``httpx.Client`` for ``flavor="httpx"``) that captures
+        into ``stream`` (default: the Recorder's; an ``evidence_client.stream()`` block wins).
 
         ``transport`` is the real transport to wrap; other kwargs go to the client, with
         ``follow_redirects=True`` by default as in the SDKs' own clients.
         """
         mod = _flavor_module(flavor)
         kwargs.setdefault("follow_redirects", True)
-        return mod.Client(transport=self.transport(transport, flavor=flavor), **kwargs)
+        return mod.Client(transport=self.transport(transport, flavor=flavor, stream=stream),
+                          **kwargs)
 
     def async_http_client(self, *, flavor: str = "httpx2", transport: Any = None,
-                          **kwargs: Any) -> Any:
+                          stream: str | None = None, **kwargs: Any) -> Any:
         """An ``httpx2.AsyncClient`` (or ``httpx.AsyncClient``) that captures."""
         mod = _flavor_module(flavor)
         kwargs.setdefault("follow_redirects", True)
-        return mod.AsyncClient(transport=self.async_transport(transport, flavor=flavor), **kwargs)
+        return mod.AsyncClient(
+            transport=self.async_transport(transport, flavor=flavor, stream=stream), **kwargs)
 
     # -- application side ------------------------------------------------------------------
+
+    def _begin_call(self, client_stream: str | None) -> str:
+        """Before a call is sent: its stream, with the Recorder running (or a loud error)."""
+        stream = current_stream() or client_stream or self.stream
+        if stream is None:
+            raise ConfigError("this call has no stream: give Recorder(stream=...), "
+                              "http_client(stream=...) or wrap it in evidence_client.stream()")
+        if self._thread is None:
+            try:
+                self.start()
+            except GatewayError as e:
+                raise RecorderUnavailable(
+                    f"the evidence Recorder cannot start, so this call would go unrecorded: {e}"
+                ) from e
+        return stream
 
     def _capture_error(self, exc: BaseException) -> None:
         self.metrics.add("errors")
@@ -291,18 +416,24 @@ class Recorder:
     # -- sender thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
+        while not self._stopping.is_set():
+            try:
                 self._step(0.02)
+            except Exception:  # noqa: BLE001 - one bad step must not end recording
+                self.metrics.add("errors")
+                log.exception("gateway sender step failed; continuing")
+                time.sleep(0.1)
+        try:
             self._shutdown()
-        except BaseException:  # noqa: BLE001 - keep the thread's death visible
-            log.exception("gateway sender thread died")
+        except BaseException:  # noqa: BLE001 - keep the failure visible
+            log.exception("gateway sender shutdown failed")
             self._shutdown_quietly()
 
     def _step(self, idle_wait: float) -> None:
         took = self._take_new()
         self._producer.poll(0 if took else idle_wait)
         self._after_callbacks()
+        self._maybe_adopt()
         self._maybe_resend()
 
     def _take_new(self) -> int:
@@ -321,14 +452,20 @@ class Recorder:
     def _encode(self, ex: Exchange) -> _Entry | None:
         event_id = new_event_id()
         try:
-            value = encode("CaptureEvent", build_event(ex, event_id, LIBRARY, self.host))
+            event = build_event(ex, event_id, LIBRARY, self.host)
+            sized = apply_size_policy(event, self.max_verbatim_bytes)
+            value = encode("CaptureEvent", sized)
         except Exception:  # noqa: BLE001 - a gateway bug, not the application's problem
             self.metrics.add("failed")
             log.exception("capture %s could not be encoded and is dropped (content_key=%s)",
                           event_id, ex.content_key.hex())
             return None
         self.metrics.add("captured")
-        return _Entry(event_id, self.stream.encode("utf-8"), value)
+        if sized is not event:
+            self.metrics.add("truncated")
+            log.warning("capture %s is larger than max_verbatim_bytes=%d: sealed truncated "
+                        "(digests and lengths only)", event_id, self.max_verbatim_bytes)
+        return _Entry(event_id, ex.stream.encode("utf-8"), value)
 
     def _route(self, entry: _Entry) -> None:
         if self._producer.brokers_down or self._producer.fatal is not None:
@@ -339,7 +476,10 @@ class Recorder:
                                        lambda err, e=entry: self._on_direct(e, err))
                 self._inflight += 1
                 return
-            except ProducerError as err:  # QueueFull
+            except ProducerError as err:
+                if err.kind != RETRY:
+                    self._not_retried(entry, err)
+                    return
                 log.warning("capture %s goes to the spool: %s", entry.event_id, err)
                 self._degraded = True
         if self._inflight > 0:
@@ -352,9 +492,42 @@ class Recorder:
         if err is None:
             self.metrics.add("delivered")
             return
+        if err.kind != RETRY:
+            self._not_retried(entry, err)
+            return
         log.warning("capture %s was not delivered (%s); spooling it", entry.event_id, err)
         self._degraded = True
         self._to_spool([entry])
+
+    def _not_retried(self, entry: _Entry, err: ProducerError) -> None:
+        """Kafka will never take ``entry`` as it is: send it truncated, or keep it aside."""
+        if err.kind == TOO_LARGE:
+            smaller = self._truncated(entry)
+            if smaller is not None:
+                self.metrics.add("truncated")
+                log.warning("capture %s is too large for Kafka (%s): resent truncated",
+                            entry.event_id, err)
+                self._route(smaller)
+                return
+        self.metrics.add("undeliverable")
+        log.error("capture %s cannot be delivered and is kept under %s/undeliverable: %s",
+                  entry.event_id, self.spool_dir, err)
+        try:
+            assert self._spool is not None
+            keep_undeliverable(self.spool_dir, self._spool.directory.name,
+                               [(entry.key, entry.value, f"{entry.event_id} {err}")])
+        except (SpoolError, OSError):
+            self.metrics.add("failed")
+            log.exception("capture %s is lost: it cannot be kept aside either", entry.event_id)
+
+    def _truncated(self, entry: _Entry) -> _Entry | None:
+        try:
+            _, event = decode(entry.value)
+        except Exception:  # noqa: BLE001 - not ours to fix
+            return None
+        if event["capture"].get("truncated"):
+            return None  # already as small as it gets
+        return _Entry(entry.event_id, entry.key, encode("CaptureEvent", truncate(event)))
 
     def _after_callbacks(self) -> None:
         if self._inflight == 0 and self._held:
@@ -365,6 +538,7 @@ class Recorder:
 
     def _to_spool(self, entries: list[_Entry]) -> None:
         try:
+            assert self._spool is not None
             self._spool.append_many([(e.key, e.value) for e in entries])
         except SpoolError:
             self.metrics.add("failed", len(entries))
@@ -372,24 +546,57 @@ class Recorder:
                           ", ".join(e.event_id for e in entries))
             return
         self.metrics.add("spooled", len(entries))
-        self.metrics.pending = len(self._spool)
+        self._update_pending()
+
+    def _update_pending(self) -> None:
+        own = len(self._spool) if self._spool is not None else 0
+        self.metrics.pending = own + sum(len(o) for o in self._orphans)
+
+    def _maybe_adopt(self) -> None:
+        if time.monotonic() < self._next_scan or self._spool is None:
+            return
+        self._next_scan = time.monotonic() + self.orphan_scan_s
+        found = claim_orphans(self.spool_dir, exclude=self._spool.directory)
+        if found:
+            log.warning("adopting %d orphaned spool(s) with %d captures: %s", len(found),
+                        sum(map(len, found)), ", ".join(o.directory.name for o in found))
+            self._orphans.extend(found)
+            self._degraded = True
+            self._update_pending()
+
+    def _source(self) -> Spool:
+        """Where the next resend batch comes from: adopted orphans first, then our own."""
+        while self._orphans and len(self._orphans[0]) == 0:
+            self._orphans.popleft().remove()
+        assert self._spool is not None
+        return self._orphans[0] if self._orphans else self._spool
 
     def _maybe_resend(self) -> None:
         if self._resend is not None:
-            batch, results = self._resend
+            source, batch, results = self._resend
             if any(r is None for r in results):
                 return
             self._resend = None
-            ok = 0
-            while ok < len(results) and results[ok] is True:
-                ok += 1
-            if ok:
-                self._spool.ack(ok)  # only now: Kafka has acknowledged these
-                self.metrics.add("resent", ok)
-                self.metrics.pending = len(self._spool)
-            if ok < len(results):
-                first = next(r for r in results if r is not True)
-                log.warning("resending the spool failed (%s); retrying in %.1f s", first,
+            done = 0
+            failure: ProducerError | None = None
+            for i, r in enumerate(results):
+                if r is True:
+                    done += 1
+                elif r.kind == RETRY:
+                    failure = r
+                    break
+                else:
+                    self._not_retried(_Entry(_event_id_of(batch[i].value), batch[i].key,
+                                             batch[i].value), r)
+                    done += 1  # dealt with for good: never retried
+            if done:
+                source.ack(done)  # only now: Kafka has acknowledged (or refused) these
+                self.metrics.add("resent", done)
+                if source is not self._spool:
+                    self.metrics.add("adopted", done)
+                self._update_pending()
+            if failure is not None:
+                log.warning("resending the spool failed (%s); retrying in %.1f s", failure,
                             self._backoff)
                 self._next_resend = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
@@ -397,13 +604,14 @@ class Recorder:
             self._backoff = _BACKOFF_MIN
         if not self._degraded or self._inflight or self._held:
             return
-        if len(self._spool) == 0:
+        source = self._source()
+        if len(source) == 0:
             if not self._producer.brokers_down:
                 self._degraded = False
             return
         if time.monotonic() < self._next_resend:
             return
-        batch = self._spool.peek(_RESEND_BATCH)
+        batch = source.peek(_RESEND_BATCH)
         results: list[ProducerError | bool | None] = [None] * len(batch)
 
         def report(i: int, err: ProducerError | None) -> None:
@@ -414,18 +622,19 @@ class Recorder:
                 self._producer.produce(self.topic, item.key, item.value,
                                        lambda err, i=i: report(i, err))
             except ProducerError as err:
-                for j in range(i, len(batch)):
-                    results[j] = err
-                break
-        self._resend = (batch, results)
+                results[i] = err
+                if err.kind == RETRY:  # queue full: the rest waits for the next batch
+                    for j in range(i + 1, len(batch)):
+                        results[j] = err
+                    break
+        self._resend = (source, batch, results)
 
     def _replace_producer(self) -> None:
         log.error("Kafka producer failed fatally (%s); starting a new one", self._producer.fatal)
         old = self._producer
         self._producer = IntakeProducer(self.bootstrap_servers,
-                                        delivery_timeout_ms=old._config["message.timeout.ms"],
-                                        config={k: v for k, v in old._config.items()
-                                                if k != "error_cb"})
+                                        delivery_timeout_ms=self._delivery_timeout_ms,
+                                        config=self._producer_config)
         self._producer.start()
         self._degraded = True
         old.close()
@@ -437,7 +646,8 @@ class Recorder:
         while time.monotonic() < deadline:
             self._step(0.05)
             if (self._queue.empty() and self._inflight == 0 and not self._held
-                    and self._resend is None and (len(self._spool) == 0 or self._resend_failing())):
+                    and self._resend is None
+                    and (self.metrics.pending == 0 or self._resend_failing())):
                 break
         self._take_new()
         self._shutdown_quietly()
@@ -453,19 +663,24 @@ class Recorder:
             for _ in range(50):
                 self._producer.poll(0.02)
                 if self._inflight == 0 and (self._resend is None
-                                            or all(r is not None for r in self._resend[1])):
+                                            or all(r is not None for r in self._resend[2])):
                     break
         except Exception:  # noqa: BLE001
             log.exception("purging the producer failed")
         self._resend = None
-        # 3. What waited behind in-flight messages goes after them, then the spool closes.
+        # 3. What waited behind in-flight messages goes after them, then the spools close:
+        #    an empty own spool is removed, anything left is an orphan for the next Recorder.
         if self._held:
             held, self._held = list(self._held), deque()
             self._to_spool(held)
         if self._inflight:
             log.error("%d direct captures got no delivery report at close", self._inflight)
-        self.metrics.pending = len(self._spool)
-        self._spool.close()
+        self._update_pending()
+        for orphan in self._orphans:
+            orphan.remove() if len(orphan) == 0 else orphan.close()
+        self._orphans.clear()
+        if self._spool is not None:
+            self._spool.remove() if len(self._spool) == 0 else self._spool.close()
         self._producer.close()
 
 

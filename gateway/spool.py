@@ -1,6 +1,20 @@
 """A local, durable, append-only spool for captures Kafka has not acknowledged.
 
-Files in the spool directory:
+A spool *root* (``Recorder(spool_dir=...)``, ``EVIDENCE_SPOOL_DIR``, or
+``~/.local/state/evidence-store/spool``) holds one spool directory per live Recorder, so every
+process of a multi-worker server has its own::
+
+    <root>/<start-micros hex>-<pid>-<random>/   a Recorder's spool (flock'd while it runs)
+    <root>/undeliverable/<same name>/           captures Kafka refused for good, with REASONS
+    <root>/.new-*                               a spool being created (ignored by others)
+
+A spool whose LOCK nobody holds belongs to a process that ended (closed, crashed or killed):
+an *orphan*. :func:`claim_orphans` takes each one's lock, so exactly one live Recorder adopts
+it, resends it oldest first and then deletes it (:meth:`Spool.remove`). A new spool is made
+under a ``.new-`` name and renamed into place only once its lock is held, so no one can
+mistake it for an orphan in between.
+
+Files in one spool directory:
 
     LOCK                   flock'd while a Recorder has the spool open (one owner at a time)
     HEAD                   "<generation> <offset>\\n": first byte not yet acknowledged
@@ -25,7 +39,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import secrets
+import shutil
 import struct
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -33,7 +50,8 @@ from pathlib import Path
 
 from .errors import SpoolError, SpoolLockedError
 
-__all__ = ["MAX_FRAME", "Spool", "SpoolEntry", "scan"]
+__all__ = ["MAX_FRAME", "Spool", "SpoolEntry", "claim_orphans", "keep_undeliverable", "new_spool",
+           "scan", "spool_dirs"]
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +103,28 @@ class Spool:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def open(self) -> "Spool":
+    def open(self, *, create: bool = True) -> "Spool":
+        """Take the directory's lock and recover it. ``create=False`` (adopting an orphan)
+        neither creates the directory nor accepts one deleted while we waited for it."""
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+            if create:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.directory / "LOCK",
+                                    os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
         except OSError as e:
             raise SpoolError(f"cannot open spool directory {self.directory}: {e}") from e
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not create:
+                # The previous holder may have removed the directory between our open and
+                # our flock: then our LOCK is an unlinked file and the spool is gone.
+                if os.stat(self.directory / "LOCK").st_ino != os.fstat(self._lock_fd).st_ino:
+                    raise FileNotFoundError(self.directory / "LOCK")
         except OSError as e:
             os.close(self._lock_fd)
             self._lock_fd = None
+            if isinstance(e, FileNotFoundError):
+                raise SpoolError(f"spool {self.directory} was removed") from e
             raise SpoolLockedError(f"spool {self.directory} is in use by another Recorder") from e
         try:
             self._recover()
@@ -111,6 +140,14 @@ class Spool:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
+
+    def remove(self) -> None:
+        """Delete this (empty or given-up) spool directory, then release its lock."""
+        try:
+            shutil.rmtree(self.directory)
+        except OSError as e:
+            log.warning("cannot remove spool %s: %s", self.directory, e)
+        self.close()
 
     def __enter__(self) -> "Spool":
         return self.open()
@@ -270,10 +307,84 @@ class Spool:
         old_path.unlink(missing_ok=True)
 
 
+UNDELIVERABLE = "undeliverable"
+
+
+def _is_spool(d: Path) -> bool:
+    return (d.is_dir() and not d.name.startswith(".") and d.name != UNDELIVERABLE
+            and (d / "LOCK").exists())
+
+
+def spool_dirs(root: str | os.PathLike[str]) -> list[Path]:
+    """The spool directories under ``root``, oldest first (by name: start time leads it)."""
+    try:
+        return sorted(d for d in Path(root).iterdir() if _is_spool(d))
+    except FileNotFoundError:
+        return []
+
+
+def new_spool(root: str | os.PathLike[str]) -> Spool:
+    """Create, lock and open a fresh spool directory of this process under ``root``."""
+    root = Path(root)
+    name = f"{time.time_ns() // 1000:014x}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = root / f".new-{name}"
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:
+        raise SpoolError(f"cannot create a spool under {root}: {e}") from e
+    spool = Spool(tmp).open()
+    try:
+        os.rename(tmp, root / name)
+        _fsync_dir(root)
+    except OSError as e:
+        spool.remove()
+        raise SpoolError(f"cannot create a spool under {root}: {e}") from e
+    spool.directory = root / name
+    return spool
+
+
+def claim_orphans(root: str | os.PathLike[str], exclude: Path | None = None) -> list[Spool]:
+    """Lock and open every spool under ``root`` whose owner is gone, oldest first.
+
+    Empty orphans are removed on the spot; the others are returned open (their lock held) for
+    the caller to resend and then :meth:`Spool.remove`.
+    """
+    out: list[Spool] = []
+    for d in spool_dirs(root):
+        if exclude is not None and d == exclude:
+            continue
+        try:
+            spool = Spool(d).open(create=False)
+        except SpoolError:
+            continue  # alive (locked), or just removed by another adopter
+        if len(spool) == 0:
+            spool.remove()
+        else:
+            out.append(spool)
+    return out
+
+
+def keep_undeliverable(root: str | os.PathLike[str], name: str,
+                       items: list[tuple[bytes, bytes, str]]) -> None:
+    """Append (key, value, reason) captures Kafka refused for good to
+    ``<root>/undeliverable/<name>/``: the frames as in a spool, one REASONS line each."""
+    d = Path(root) / UNDELIVERABLE / name
+    with Spool(d) as spool:
+        spool.append_many([(k, v) for k, v, _ in items])
+    with open(d / "REASONS", "a", encoding="utf-8") as f:
+        for _, _, reason in items:
+            f.write(reason.replace("\n", " ") + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def scan(directory: str | os.PathLike[str]) -> list[SpoolEntry]:
-    """The unacknowledged entries of a spool, read-only and without taking its lock (for
-    inspection; a concurrent append may or may not be seen). Stops at a torn tail."""
+    """The unacknowledged entries of a spool, or of every spool under a spool root (oldest
+    spool first), read-only and without taking locks (for inspection; a concurrent append may
+    or may not be seen). Stops at a torn tail."""
     d = Path(directory)
+    if not (d / "LOCK").exists() and d.is_dir():
+        return [e for sub in spool_dirs(d) for e in scan(sub)]
     gen, head = Spool(d)._read_head() if (d / "HEAD").exists() else (0, 0)
     try:
         data = (d / f"spool-{gen:08d}.log").read_bytes()

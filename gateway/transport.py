@@ -10,6 +10,12 @@ anthropic SDKs use) or ``httpx`` client. For each request it
    tee: every raw chunk the application reads is also kept, and when the body ends, fails,
    or is closed, the finished :class:`~gateway.capture.Exchange` goes to the sink.
 
+Before step 1 the transport asks the Recorder (``begin``) which stream the call belongs to (an
+``evidence_client.stream()`` block, else the client's stream, else the Recorder's) and that
+the Recorder is running; a Recorder that cannot start raises ``RecorderUnavailable`` there, so
+the call fails loudly instead of going unrecorded. The call context
+(``evidence_client.call_context()``) is read at the same moment.
+
 A request that gets no response (connect error, timeout, cancellation) is handed to the sink
 with the exception's description, and the original exception is re-raised untouched.
 The sink never raises into the application: failures on the capture side are logged and
@@ -18,24 +24,51 @@ counted by the Recorder, and a failure inside this module falls back to the plai
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from types import ModuleType
 from typing import Any, AsyncIterator, Callable, Iterator
 
+import httpx
+import httpx2
+
 from evidence_contract import content_key, now_micros
 
 from .capture import Exchange
+from .context import current_call, current_stream
 
-__all__ = ["FLAVORS", "Sink", "transport_classes"]
+__all__ = [
+    "FLAVORS",
+    "AsyncCaptureTransport",
+    "AsyncTeeStream",
+    "Begin",
+    "CaptureTransport",
+    "HttpxAsyncCaptureTransport",
+    "HttpxAsyncTeeStream",
+    "HttpxCaptureTransport",
+    "HttpxTeeStream",
+    "Sink",
+    "TeeStream",
+    "transport_classes",
+]
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Exchange], None]
 """Receives each finished exchange; must not raise (the transport guards it anyway)."""
 
+Begin = Callable[[str | None], str]
+"""Given the client's stream (or None), returns the call's stream; raises into the
+application when the call cannot be recorded (``RecorderUnavailable``, ``ConfigError``)."""
+
 FLAVORS = ("httpx2", "httpx")
+
+
+def _context_stream(client_stream: str | None) -> str:
+    stream = current_stream() or client_stream
+    if stream is None:
+        raise ValueError("this call has no stream")
+    return stream
 
 
 def _describe(exc: BaseException) -> str:
@@ -93,141 +126,183 @@ def _begin(request: Any, body: bytes, stream: str, policy: str, sink: Sink,
         url=str(url.copy_with(query=None)), host=url.host, path=url.path,
         started_at=now_micros(), request_headers=headers,
         query={k: v for k, v in url.params.items() if k == "api-version"},
+        call=current_call(),
     )
     return _Call(ex, sink, on_error)
 
 
-@functools.cache
-def transport_classes(flavor: str) -> tuple[type, type]:
-    """The (sync, async) capture transport classes for ``flavor`` ("httpx2" or "httpx")."""
-    if flavor == "httpx2":
-        import httpx2 as mod
-    elif flavor == "httpx":
-        import httpx as mod
-    else:
-        raise ValueError(f"unknown flavor {flavor!r}; expected one of {FLAVORS}")
-    return _build(mod)
+class _Tee:
+    """What the sync tee streams of both flavors do; the flavor's base class comes second."""
 
+    def __init__(self, inner: Any, call: _Call) -> None:
+        self._inner, self._call = inner, call
 
-def _build(mod: ModuleType) -> tuple[type, type]:
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                self._call.chunk(chunk)
+                yield chunk
+        except GeneratorExit:
+            raise  # the reader stopped; close() records it
+        except BaseException as e:
+            self._call.finish(error=e)
+            raise
+        self._call.finish(eof=True)
 
-    class TeeStream(mod.SyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, inner: Any, call: _Call) -> None:
-            self._inner, self._call = inner, call
-
-        def __iter__(self) -> Iterator[bytes]:
-            try:
-                for chunk in self._inner:
-                    self._call.chunk(chunk)
-                    yield chunk
-            except GeneratorExit:
-                raise  # the reader stopped; close() records it
-            except BaseException as e:
-                self._call.finish(error=e)
-                raise
-            self._call.finish(eof=True)
-
-        def close(self) -> None:
-            try:
-                self._call.finish(closed=True)
-            finally:
-                self._inner.close()
-
-    class AsyncTeeStream(mod.AsyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, inner: Any, call: _Call) -> None:
-            self._inner, self._call = inner, call
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            try:
-                async for chunk in self._inner:
-                    self._call.chunk(chunk)
-                    yield chunk
-            except GeneratorExit:
-                raise
-            except BaseException as e:
-                self._call.finish(error=e)
-                raise
-            self._call.finish(eof=True)
-
-        async def aclose(self) -> None:
-            try:
-                self._call.finish(closed=True)
-            finally:
-                await self._inner.aclose()
-
-    def rewrap(response: Any, stream: Any) -> Any:
-        # A new Response around the same status/headers/extensions: the original may have
-        # read its body already (a ByteStream), and then the client would never pull ours.
-        return mod.Response(status_code=response.status_code, headers=response.headers,
-                            stream=stream, extensions=response.extensions)
-
-    class CaptureTransport(mod.BaseTransport):  # type: ignore[name-defined,misc]
-        """Sync capture transport around ``inner`` (default: the flavor's HTTPTransport)."""
-
-        def __init__(self, inner: Any, stream: str, policy: str, sink: Sink,
-                     on_error: Callable[[BaseException], None]) -> None:
-            self._inner = inner if inner is not None else mod.HTTPTransport()
-            self._stream, self._policy, self._sink, self._on_error = stream, policy, sink, on_error
-
-        def handle_request(self, request: Any) -> Any:
-            call = None
-            try:
-                call = _begin(request, request.read(), self._stream, self._policy, self._sink,
-                              self._on_error)
-            except Exception as e:  # noqa: BLE001
-                self._on_error(e)
-            try:
-                response = self._inner.handle_request(request)
-            except BaseException as e:
-                if call is not None:
-                    call.finish(error=e)
-                raise
-            if call is None:
-                return response
-            try:
-                call.respond(response)
-                return rewrap(response, TeeStream(response.stream, call))
-            except Exception as e:  # noqa: BLE001
-                self._on_error(e)
-                return response
-
-        def close(self) -> None:
+    def close(self) -> None:
+        try:
+            self._call.finish(closed=True)
+        finally:
             self._inner.close()
 
-    class AsyncCaptureTransport(mod.AsyncBaseTransport):  # type: ignore[name-defined,misc]
-        """Async capture transport around ``inner`` (default: AsyncHTTPTransport)."""
 
-        def __init__(self, inner: Any, stream: str, policy: str, sink: Sink,
-                     on_error: Callable[[BaseException], None]) -> None:
-            self._inner = inner if inner is not None else mod.AsyncHTTPTransport()
-            self._stream, self._policy, self._sink, self._on_error = stream, policy, sink, on_error
+class _AsyncTee:
+    """What the async tee streams of both flavors do."""
 
-        async def handle_async_request(self, request: Any) -> Any:
-            call = None
-            try:
-                call = _begin(request, await request.aread(), self._stream, self._policy,
-                              self._sink, self._on_error)
-            except Exception as e:  # noqa: BLE001
-                self._on_error(e)
-            try:
-                response = await self._inner.handle_async_request(request)
-            except BaseException as e:
-                if call is not None:
-                    call.finish(error=e)
-                raise
-            if call is None:
-                return response
-            try:
-                call.respond(response)
-                return rewrap(response, AsyncTeeStream(response.stream, call))
-            except Exception as e:  # noqa: BLE001
-                self._on_error(e)
-                return response
+    def __init__(self, inner: Any, call: _Call) -> None:
+        self._inner, self._call = inner, call
 
-        async def aclose(self) -> None:
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                self._call.chunk(chunk)
+                yield chunk
+        except GeneratorExit:
+            raise
+        except BaseException as e:
+            self._call.finish(error=e)
+            raise
+        self._call.finish(eof=True)
+
+    async def aclose(self) -> None:
+        try:
+            self._call.finish(closed=True)
+        finally:
             await self._inner.aclose()
 
-    name = mod.__name__
-    for cls in (TeeStream, AsyncTeeStream, CaptureTransport, AsyncCaptureTransport):
-        cls.__qualname__ = f"{cls.__name__}[{name}]"
-    return CaptureTransport, AsyncCaptureTransport
+
+class _Capture:
+    """State and the request-side half shared by the four capture transports."""
+
+    _mod: ModuleType
+    _tee: type
+    _default: str
+
+    def __init__(self, inner: Any, stream: str | None, policy: str, sink: Sink,
+                 on_error: Callable[[BaseException], None], begin: Begin | None = None) -> None:
+        self._inner = inner if inner is not None else getattr(self._mod, self._default)()
+        self._stream, self._policy, self._sink, self._on_error = stream, policy, sink, on_error
+        self._begin = begin or _context_stream
+
+    def _start(self, request: Any, body: bytes, stream: str) -> _Call | None:
+        try:
+            return _begin(request, body, stream, self._policy, self._sink, self._on_error)
+        except Exception as e:  # noqa: BLE001
+            self._on_error(e)
+            return None
+
+    def _respond(self, call: _Call | None, response: Any) -> Any:
+        if call is None:
+            return response
+        try:
+            call.respond(response)
+            # A new Response around the same status/headers/extensions: the original may
+            # have read its body already (a ByteStream), and then the client would never
+            # pull ours.
+            return self._mod.Response(status_code=response.status_code,
+                                      headers=response.headers,
+                                      stream=self._tee(response.stream, call),
+                                      extensions=response.extensions)
+        except Exception as e:  # noqa: BLE001
+            self._on_error(e)
+            return response
+
+
+class _SyncCapture(_Capture):
+    _default = "HTTPTransport"
+
+    def handle_request(self, request: Any) -> Any:
+        stream = self._begin(self._stream)  # may raise: this call cannot be recorded
+        call = self._start(request, request.read(), stream)
+        try:
+            response = self._inner.handle_request(request)
+        except BaseException as e:
+            if call is not None:
+                call.finish(error=e)
+            raise
+        return self._respond(call, response)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncCapture(_Capture):
+    _default = "AsyncHTTPTransport"
+
+    async def handle_async_request(self, request: Any) -> Any:
+        stream = self._begin(self._stream)  # may raise: this call cannot be recorded
+        call = self._start(request, await request.aread(), stream)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException as e:
+            if call is not None:
+                call.finish(error=e)
+            raise
+        return self._respond(call, response)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class TeeStream(_Tee, httpx2.SyncByteStream):
+    """httpx2 response body that also feeds the capture."""
+
+
+class AsyncTeeStream(_AsyncTee, httpx2.AsyncByteStream):
+    """httpx2 async response body that also feeds the capture."""
+
+
+class CaptureTransport(_SyncCapture, httpx2.BaseTransport):
+    """Sync capture transport for ``httpx2`` (the current openai/anthropic SDKs' client)."""
+
+    _mod, _tee = httpx2, TeeStream
+
+
+class AsyncCaptureTransport(_AsyncCapture, httpx2.AsyncBaseTransport):
+    """Async capture transport for ``httpx2``."""
+
+    _mod, _tee = httpx2, AsyncTeeStream
+
+
+class HttpxTeeStream(_Tee, httpx.SyncByteStream):
+    """httpx response body that also feeds the capture."""
+
+
+class HttpxAsyncTeeStream(_AsyncTee, httpx.AsyncByteStream):
+    """httpx async response body that also feeds the capture."""
+
+
+class HttpxCaptureTransport(_SyncCapture, httpx.BaseTransport):
+    """Sync capture transport for ``httpx``."""
+
+    _mod, _tee = httpx, HttpxTeeStream
+
+
+class HttpxAsyncCaptureTransport(_AsyncCapture, httpx.AsyncBaseTransport):
+    """Async capture transport for ``httpx``."""
+
+    _mod, _tee = httpx, HttpxAsyncTeeStream
+
+
+_CLASSES: dict[str, tuple[type, type]] = {
+    "httpx2": (CaptureTransport, AsyncCaptureTransport),
+    "httpx": (HttpxCaptureTransport, HttpxAsyncCaptureTransport),
+}
+
+
+def transport_classes(flavor: str) -> tuple[type, type]:
+    """The (sync, async) capture transport classes for ``flavor`` ("httpx2" or "httpx")."""
+    try:
+        return _CLASSES[flavor]
+    except KeyError:
+        raise ValueError(f"unknown flavor {flavor!r}; expected one of {FLAVORS}") from None

@@ -32,7 +32,9 @@ class TopicSettings:
     partitions: int = 6
     replication_factor: int = 1
     intake_retention_ms: int = 7 * DAY_MS
-    max_message_bytes: int = 16 * MIB
+    max_message_bytes: int = 64 * MIB
+    """intake's and log's max.message.bytes: a capture's bodies up to the client's
+    max_verbatim_bytes (48 MiB by default) are kept verbatim within it."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "TopicSettings":
@@ -42,7 +44,7 @@ class TopicSettings:
             partitions=int(env.get("EVIDENCE_TOPIC_PARTITIONS", "6")),
             replication_factor=int(env.get("EVIDENCE_REPLICATION_FACTOR", "1")),
             intake_retention_ms=int(env.get("EVIDENCE_INTAKE_RETENTION_MS", str(7 * DAY_MS))),
-            max_message_bytes=int(env.get("EVIDENCE_MAX_MESSAGE_BYTES", str(16 * MIB))),
+            max_message_bytes=int(env.get("EVIDENCE_MAX_MESSAGE_BYTES", str(64 * MIB))),
         )
 
     @property

@@ -26,8 +26,8 @@ def test_record_and_rejected_topics_keep_everything_forever():
         assert c["cleanup.policy"] == "delete"
         assert c["retention.ms"] == c["retention.bytes"] == "-1"
         assert c["unclean.leader.election.enable"] == "false"
-    assert specs["evidence.log"].configs["max.message.bytes"] == str(16 * MIB)
-    assert int(specs["evidence.rejected"].configs["max.message.bytes"]) > 16 * MIB
+    assert specs["evidence.log"].configs["max.message.bytes"] == str(64 * MIB)
+    assert int(specs["evidence.rejected"].configs["max.message.bytes"]) > 64 * MIB
 
 
 def test_config_problems_names_each_difference():

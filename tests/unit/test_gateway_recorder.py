@@ -1,0 +1,358 @@
+"""The Recorder's failure paths against a fake producer that reports librdkafka's error codes,
+and the per-process spool root (orphans, undeliverable). No Kafka here: the real-Kafka paths
+are in tests/integration/test_gateway*.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx2
+import pytest
+from confluent_kafka import KafkaError
+
+import evidence_client
+from evidence_client import (
+    Chunk,
+    ConfigError,
+    Recorder,
+    RecorderUnavailable,
+    Spool,
+    call_context,
+)
+from evidence_client.errors import ProducerError, QueueFull
+from evidence_client.producer import PERMANENT, RETRY, TOO_LARGE, classify
+from evidence_client.sizing import ERROR_PREFIX_BYTES, apply_size_policy, body_size, truncate
+from evidence_client.spool import claim_orphans, new_spool, scan, spool_dirs
+from evidence_contract import decode
+
+
+class FakeProducer:
+    """Stands in for IntakeProducer: ``fail(value)`` returns the librdkafka error code a
+    delivery report carries (None: delivered); ``refuse(value)`` one that ``produce`` raises."""
+
+    def __init__(self, fail: Callable[[bytes], int | None] = lambda v: None,
+                 refuse: Callable[[bytes], int | None] = lambda v: None) -> None:
+        self.fail, self.refuse = fail, refuse
+        self.pending: list[tuple[bytes, bytes, Any]] = []
+        self.delivered: list[tuple[bytes, bytes]] = []
+        self.brokers_down = False
+        self.fatal = None
+
+    def start(self) -> "FakeProducer":
+        return self
+
+    def _error(self, code: int) -> ProducerError:
+        return ProducerError(f"fake {code}", code=code, kind=classify(code))
+
+    def produce(self, topic: str, key: bytes, value: bytes, on_delivery: Any) -> None:
+        code = self.refuse(value)
+        if code is not None:
+            raise self._error(code)
+        self.pending.append((key, value, on_delivery))
+
+    def poll(self, timeout: float = 0.0) -> int:
+        pending, self.pending = self.pending, []
+        for key, value, cb in pending:
+            code = self.fail(value)
+            if code is None:
+                self.delivered.append((key, value))
+                cb(None)
+            else:
+                cb(self._error(code))
+        if not pending and timeout:
+            time.sleep(min(timeout, 0.01))
+        return len(pending)
+
+    def purge(self) -> None:
+        pending, self.pending = self.pending, []
+        for _, _, cb in pending:
+            cb(self._error(KafkaError._PURGE_QUEUE))
+
+    def close(self) -> None:
+        pass
+
+
+def _handler(request: httpx2.Request) -> httpx2.Response:
+    return httpx2.Response(200, json={"choices": [{"index": 0, "message": {"content": "ok"}}]})
+
+
+def _recorder(tmp_path: Path, producer: FakeProducer, **kwargs: Any) -> Recorder:
+    r = Recorder("127.0.0.1:1", kwargs.pop("stream", "acme:unit"), spool_dir=tmp_path / "spool",
+                 close_timeout=kwargs.pop("close_timeout", 2.0), **kwargs)
+    r._producer = producer  # the one seam to Kafka
+    return r
+
+
+def _call(client: Any, body: bytes) -> None:
+    client.post("https://api.openai.com/v1/chat/completions", content=body).read()
+
+
+def _wait(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def _events(producer: FakeProducer) -> list[dict[str, Any]]:
+    return [decode(v)[1] for _, v in producer.delivered]
+
+
+# -- error classes ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code, kind", [
+    (KafkaError.MSG_SIZE_TOO_LARGE, TOO_LARGE), (KafkaError.RECORD_LIST_TOO_LARGE, TOO_LARGE),
+    (KafkaError.TOPIC_AUTHORIZATION_FAILED, PERMANENT), (KafkaError.INVALID_RECORD, PERMANENT),
+    (KafkaError._MSG_TIMED_OUT, RETRY), (KafkaError._TRANSPORT, RETRY),
+    (KafkaError.UNKNOWN_TOPIC_OR_PART, RETRY), (KafkaError._ALL_BROKERS_DOWN, RETRY),
+])
+def test_every_produce_error_has_a_class(code, kind):
+    assert classify(code) == kind
+
+
+# -- size policy -----------------------------------------------------------------------------
+
+def _event(**bodies: Any) -> dict[str, Any]:
+    return {"request_bytes": bodies.get("request"), "response_bytes": bodies.get("response"),
+            "error_bytes": bodies.get("error"), "input_bytes": None, "prompt_bytes": None,
+            "retrieval": [{"doc_id": "d", "doc_version": None, "chunk_digest": b"\0" * 32,
+                           "chunk_bytes": bodies.get("chunk")}],
+            "capture": {"truncated": False}}
+
+
+def test_size_policy_keeps_bodies_up_to_the_limit_and_truncates_above():
+    ev = _event(request=b"r" * 10, response=b"s" * 10, chunk=b"c" * 5)
+    assert body_size(ev) == 25
+    assert apply_size_policy(ev, 25) is ev
+    cut = apply_size_policy(ev, 24)
+    assert cut["capture"]["truncated"] is True
+    assert cut["request_bytes"] is None and cut["response_bytes"] is None
+    assert cut["retrieval"][0]["chunk_bytes"] is None
+    assert cut["retrieval"][0]["chunk_digest"] == b"\0" * 32
+    assert ev["request_bytes"] == b"r" * 10  # the input is not mutated
+
+
+def test_truncation_keeps_the_head_of_an_error_body():
+    cut = truncate(_event(error=b"e" * (ERROR_PREFIX_BYTES + 10)))
+    assert cut["error_bytes"] == b"e" * ERROR_PREFIX_BYTES
+
+
+# -- call context ----------------------------------------------------------------------------
+
+def test_stream_and_call_context_validate_their_arguments():
+    with pytest.raises(ConfigError):
+        with evidence_client.stream("not a stream!"):
+            pass
+    with pytest.raises(ConfigError):
+        with call_context(input=123):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(ConfigError):
+        Chunk("", None, b"x")
+    with call_context(input="héllo", retrieval=[Chunk("doc", "v1", "chunk")]) as ctx:
+        assert ctx.input == "héllo".encode() and ctx.retrieval[0].data == b"chunk"
+        assert evidence_client.current_call() is ctx
+    assert evidence_client.current_call() is None
+
+
+# -- the Recorder's failure paths ------------------------------------------------------------
+
+def test_a_recorder_that_cannot_start_fails_the_call_loudly(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    r = Recorder("127.0.0.1:1", "acme:unit", spool_dir=blocker / "spool")
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    for _ in range(2):  # every call, not only the first, and never silently
+        with pytest.raises(RecorderUnavailable, match="cannot start"):
+            _call(client, b'{"model":"m"}')
+    r.close()
+
+
+def test_a_call_with_no_stream_anywhere_is_a_config_error(tmp_path):
+    r = _recorder(tmp_path, FakeProducer(), stream=None)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    with pytest.raises(ConfigError, match="no stream"):
+        _call(client, b"{}")
+    r.close()
+
+
+def test_one_recorder_serves_many_streams(tmp_path):
+    fake = FakeProducer()
+    r = _recorder(tmp_path, fake)
+    default = r.http_client(transport=httpx2.MockTransport(_handler))
+    tenant = r.http_client(transport=httpx2.MockTransport(_handler), stream="acme:tenant-b")
+    _call(default, b'{"n":1}')
+    _call(tenant, b'{"n":2}')
+    with evidence_client.stream("acme:tenant-c"):
+        _call(tenant, b'{"n":3}')
+        _call(default, b'{"n":4}')
+    _wait(lambda: len(fake.delivered) == 4)
+    r.close()
+    keys = [k.decode() for k, _ in fake.delivered]
+    assert keys == ["acme:unit", "acme:tenant-b", "acme:tenant-c", "acme:tenant-c"]
+    assert [e["stream"] for e in _events(fake)] == keys
+    assert len({t.name for t in __import__("threading").enumerate()
+                if t.name == "evidence-client-sender"}) <= 1
+
+
+def test_too_large_for_the_cluster_is_resent_truncated_and_nothing_stalls(tmp_path):
+    big = b'{"model":"m","messages":"' + b"x" * 5000 + b'"}'
+    fake = FakeProducer(fail=lambda v: KafkaError.MSG_SIZE_TOO_LARGE if len(v) > 4000 else None)
+    r = _recorder(tmp_path, fake)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    _call(client, big)
+    for i in range(20):
+        _call(client, b'{"n":%d}' % i)
+    _wait(lambda: len(fake.delivered) == 21)
+    r.close()
+    events = _events(fake)
+    cut = [e for e in events if e["capture"]["truncated"]]
+    assert len(cut) == 1 and cut[0]["request_bytes"] is None
+    assert r.metrics.snapshot()["truncated"] == 1
+    assert r.metrics.snapshot()["failed"] == 0
+
+
+def test_a_produce_call_that_refuses_the_message_does_not_kill_the_sender(tmp_path):
+    fake = FakeProducer(refuse=lambda v: KafkaError.MSG_SIZE_TOO_LARGE if len(v) > 4000 else None)
+    r = _recorder(tmp_path, fake)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    _call(client, b'{"messages":"' + b"y" * 5000 + b'"}')
+    _call(client, b'{"n":1}')
+    _wait(lambda: len(fake.delivered) == 2)
+    assert r._thread is not None and r._thread.is_alive()
+    r.close()
+    assert [e["capture"]["truncated"] for e in _events(fake)] == [True, False]
+
+
+def test_a_permanent_error_is_kept_aside_never_retried(tmp_path):
+    fake = FakeProducer(fail=lambda v: KafkaError.TOPIC_AUTHORIZATION_FAILED if b"deny" in v else None)
+    r = _recorder(tmp_path, fake)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    _call(client, b'{"deny":1}')
+    _call(client, b'{"n":1}')
+    _wait(lambda: len(fake.delivered) == 1 and r.metrics.snapshot()["undeliverable"] == 1)
+    r.close()
+    kept = scan(tmp_path / "spool" / "undeliverable" / os.listdir(tmp_path / "spool" / "undeliverable")[0])
+    assert len(kept) == 1 and b"deny" in kept[0].value
+    assert scan(tmp_path / "spool") == []  # nothing left to retry
+
+
+def test_a_retriable_failure_spools_and_resends_in_order(tmp_path):
+    down = {"on": True}
+    fake = FakeProducer(fail=lambda v: KafkaError._MSG_TIMED_OUT if down["on"] else None)
+    r = _recorder(tmp_path, fake)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    for i in range(5):
+        _call(client, b'{"n":%d}' % i)
+    _wait(lambda: r.metrics.snapshot()["spooled"] == 5)
+    down["on"] = False
+    _wait(lambda: len(fake.delivered) == 5, timeout=10)
+    r.close()
+    assert [decode(v)[1]["request_bytes"] for _, v in fake.delivered] == [
+        b'{"n":%d}' % i for i in range(5)]
+
+
+# -- the spool root --------------------------------------------------------------------------
+
+def test_each_recorder_gets_its_own_spool_and_an_empty_one_is_removed(tmp_path):
+    a = _recorder(tmp_path, FakeProducer()).start()
+    b = _recorder(tmp_path, FakeProducer()).start()
+    assert a.own_spool != b.own_spool
+    assert set(spool_dirs(tmp_path / "spool")) == {a.own_spool, b.own_spool}
+    a.close()
+    b.close()
+    assert spool_dirs(tmp_path / "spool") == []
+
+
+_HOLD = """
+import sys, time
+sys.path.insert(0, {root!r})
+from evidence_client.spool import new_spool
+s = new_spool(sys.argv[1])
+s.append_many([(b"k", b"v%d" % i) for i in range(3)])
+print(s.directory, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_live_processs_spool_is_never_taken_a_dead_ones_is_adopted_once(tmp_path):
+    root = tmp_path / "spool"
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD.format(root=str(Path.cwd())), str(root)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = Path(proc.stdout.readline().strip())
+        assert claim_orphans(root) == []          # alive: its flock is held
+        proc.kill()
+        proc.wait()
+        first = claim_orphans(root)
+        assert [s.directory for s in first] == [theirs]
+        assert claim_orphans(root) == []          # we hold it now: nobody else can
+        assert [e.value for e in first[0].peek()] == [b"v0", b"v1", b"v2"]
+        first[0].ack(3)
+        first[0].remove()
+        assert spool_dirs(root) == []
+    finally:
+        proc.kill()
+
+
+def test_an_orphan_is_resent_before_new_captures(tmp_path):
+    root = tmp_path / "spool"
+    old = new_spool(root)
+    old.append_many([(b"acme:unit", b"old-1"), (b"acme:unit", b"old-2")])
+    old.close()  # its process "ended" with two captures unsent
+    fake = FakeProducer()
+    r = _recorder(tmp_path, fake)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    _call(client, b'{"n":"new"}')
+    _wait(lambda: len(fake.delivered) == 3)
+    r.close()
+    assert [v for _, v in fake.delivered][:2] == [b"old-1", b"old-2"]
+    assert r.metrics.snapshot()["adopted"] == 2
+    assert spool_dirs(root) == []
+
+
+def test_an_empty_orphan_is_cleaned_up_and_a_spool_is_not_an_orphan_while_created(tmp_path):
+    root = tmp_path / "spool"
+    s = new_spool(root)
+    assert not any(p.name.startswith(".new-") for p in root.iterdir())
+    s.close()
+    assert claim_orphans(root) == []
+    assert spool_dirs(root) == []
+    # a Spool object on a directory it must not create
+    with pytest.raises(evidence_client.SpoolError):
+        Spool(root / "gone").open(create=False)
+    assert isinstance(QueueFull("x", retriable=True), ProducerError)
+
+
+@pytest.mark.parametrize("policy", ["VALUE", "HASH_ONLY"])
+def test_call_context_is_digested_and_kept_per_policy(tmp_path, policy):
+    import hashlib
+
+    def sha(prefix: int, data: bytes) -> bytes:
+        return hashlib.sha256(bytes([prefix]) + data).digest()
+
+    fake = FakeProducer()
+    r = _recorder(tmp_path, fake, request_policy=policy)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    with call_context(input="Où est ma commande ?", prompt=b"SYSTEM: be kind\nUSER: ...",
+                      retrieval=[Chunk("kb/orders.md", "v3", "chunk one"),
+                                 Chunk("kb/faq.md", None, b"chunk two")]):
+        _call(client, b'{"n":1}')
+    _call(client, b'{"n":2}')  # outside the block: no context
+    _wait(lambda: len(fake.delivered) == 2)
+    r.close()
+    with_ctx, without = _events(fake)
+    keep = policy == "VALUE"
+    assert with_ctx["input_digest"] == sha(0x02, "Où est ma commande ?".encode())
+    assert with_ctx["prompt_digest"] == sha(0x03, b"SYSTEM: be kind\nUSER: ...")
+    assert with_ctx["input_bytes"] == ("Où est ma commande ?".encode() if keep else None)
+    assert with_ctx["prompt_bytes"] == (b"SYSTEM: be kind\nUSER: ..." if keep else None)
+    assert [(c["doc_id"], c["doc_version"], c["chunk_digest"], c["chunk_bytes"])
+            for c in with_ctx["retrieval"]] == [
+        ("kb/orders.md", "v3", sha(0x06, b"chunk one"), b"chunk one" if keep else None),
+        ("kb/faq.md", None, sha(0x06, b"chunk two"), b"chunk two" if keep else None)]
+    assert without["input_digest"] is None and without["retrieval"] == []
