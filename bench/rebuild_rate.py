@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from devstack import StackConfig, read_env  # noqa: E402
 from projections import ProjectorConfig  # noqa: E402
+from cli.progress import Progress  # noqa: E402
 from projections.rebuild import rebuild  # noqa: E402
 from projections.rows import RECORD_COLUMNS, RECORD_TYPES, record_row  # noqa: E402
 from projections.store import Store  # noqa: E402
@@ -65,7 +66,7 @@ def main() -> int:
         # checks under the live lock, swap, drop).
         with Store(cfg) as store:
             store.live_generation(create=True)
-        r = rebuild(cfg, show_progress=True)
+        r = rebuild(cfg, progress_factory=Progress)
         assert r.records == n, (r.records, n)
         rate = n / r.seconds
 

@@ -169,7 +169,7 @@ def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     from tests.fixtures.writer import read_all
 
     _say("rebuild from offset 0")
-    r = rebuild(cfg, show_progress=False)
+    r = rebuild(cfg)
     _say("reading the log for the COPY baseline")
     msgs = read_all(args.bootstrap, cfg.log_topic, timeout=600)
     rows = [record_row(m.value(), m.partition(), m.offset()) for m in msgs]

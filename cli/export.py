@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.cli import _stack_env
+    from cli.audit import _stack_env
     from audit.errors import AuditError
     from audit.export import build_export
     from audit.kafka_log import fetch_message

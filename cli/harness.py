@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.live_timeout <= 0:
         return _fail("--live-timeout must be positive", 2)
 
-    from audit.cli import _stack_env
+    from cli.audit import _stack_env
 
     env = _stack_env()
     bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP")

@@ -10,8 +10,8 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from .cli import add_common_arguments
-from .config import ProjectorConfig
+from projections.cli import add_common_arguments
+from projections.config import ProjectorConfig
 
 HELP = "rebuild the PostgreSQL projections from offset 0 (blue/green), or show their status"
 EXIT_OK, EXIT_MISMATCH = 0, 3
@@ -36,11 +36,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _rebuild(cfg: ProjectorConfig, args: argparse.Namespace) -> int:
-    from .errors import RebuildMismatch
-    from .rebuild import rebuild
+    from projections.errors import RebuildMismatch
+    from cli.progress import Progress
+    from projections.rebuild import rebuild
 
     try:
-        r = rebuild(cfg, in_place=args.in_place, show_progress=not args.no_progress)
+        r = rebuild(cfg, in_place=args.in_place,
+                    progress_factory=None if args.no_progress else Progress)
     except RebuildMismatch as e:
         print(f"rebuild: {e.generation} disagrees with the live generation {e.live}; "
               f"not swapped, both kept:")
@@ -58,7 +60,7 @@ def _rebuild(cfg: ProjectorConfig, args: argparse.Namespace) -> int:
 
 
 def _status(cfg: ProjectorConfig) -> int:
-    from .store import Store
+    from projections.store import Store
 
     with Store(cfg) as store:
         live = store.live_generation(create=False)

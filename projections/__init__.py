@@ -8,7 +8,7 @@
   transaction (the only module importing psycopg, with ``ddl``).
 - :mod:`projections.service` — the projector loop (the only module importing confluent-kafka).
 - :mod:`projections.rebuild` — blue/green rebuild with checks, and ``--in-place``.
-- :mod:`projections.cli` / :mod:`projections.cli_rebuild` — ``evidence projector`` and
+- :mod:`projections.cli` (and :mod:`cli.projections`) — ``evidence projector`` and
   ``evidence projections rebuild|status``.
 - :mod:`projections.errors` — ``ProjectionError`` and below (see its docstring for the tree).
 

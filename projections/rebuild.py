@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
 from .config import ProjectorConfig
 from .errors import (
@@ -39,11 +39,22 @@ from .errors import (
     StoreError,
 )
 from .logs import log
-from cli.progress import Progress
 from .service import GenerationWriter, LogReader
 from .store import Store
 
-__all__ = ["RebuildResult", "compare_generations", "rebuild"]
+__all__ = ["Progress", "ProgressFactory", "RebuildResult", "compare_generations", "rebuild"]
+
+
+class Progress(Protocol):
+    """What the rebuild reports its progress to (``cli.progress.Progress`` is one)."""
+
+    def update(self, done: int, records: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+ProgressFactory = Callable[[str, int], Progress]
+"""``factory(label, total)`` → a :class:`Progress`; the CLI passes its progress bar."""
 
 MAX_DIFFERENCES = 50
 
@@ -114,13 +125,14 @@ def _fill(writer: GenerationWriter, targets: Mapping[int, int], cfg: ProjectorCo
                                   f"{STALL_TIMEOUT_S:.0f} s (at {writer.expected})")
 
 
-def rebuild(cfg: ProjectorConfig, *, in_place: bool = False, show_progress: bool = True,
-            progress_factory: Callable[[str, int], Progress] | None = None) -> RebuildResult:
+def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
+            progress_factory: ProgressFactory | None = None) -> RebuildResult:
     """Rebuild the projections; see the module docstring. Raises ``RebuildMismatch``."""
     import time
 
     t0 = time.monotonic()
-    make_progress = progress_factory or (lambda label, total: Progress(label, total))
+    show_progress = progress_factory is not None
+    make_progress: ProgressFactory = progress_factory or (lambda label, total: _Silent())
     with Store(cfg) as store, LogReader(cfg, purpose="rebuild") as reader:
         # 1. lock, tidy, new generation
         if not store.try_rebuild_lock():
@@ -184,7 +196,7 @@ def _drop(store: Store, gen: str, result: RebuildResult) -> bool:
 
 
 def _rebuild_in_place(cfg: ProjectorConfig, store: Store, reader: LogReader, live: str | None,
-                      make_progress: Callable[[str, int], Progress], show_progress: bool,
+                      make_progress: ProgressFactory, show_progress: bool,
                       t0: float) -> RebuildResult:
     import time
 
@@ -211,3 +223,11 @@ def _rebuild_in_place(cfg: ProjectorConfig, store: Store, reader: LogReader, liv
     result.records = writer.records
     result.seconds = time.monotonic() - t0
     return result
+
+
+class _Silent:
+    def update(self, done: int, records: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
