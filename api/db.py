@@ -33,10 +33,11 @@ META_COLUMNS = (
     "response_digest", "output_digest", "input_digest", "prompt_digest", "provider_name",
     "provider_endpoint", "provider_api_version", "model_id", "response_model", "fingerprint",
     "params", "http_status", "response_content_type", "seed", "temperature", "top_p",
-    "deterministic", "request_policy", "streamed", "closed_early", "writer_id",
-    "log_partition", "log_offset",
+    "deterministic", "request_policy", "streamed", "closed_early", "truncated", "writer_id",
+    "request_length", "response_length", "log_partition", "log_offset",
 )
-BYTES_COLUMNS = ("request_bytes", "response_bytes", "error_bytes", "record_bytes")
+BYTES_COLUMNS = ("request_bytes", "response_bytes", "error_bytes", "input_bytes",
+                 "prompt_bytes", "record_bytes")
 VERIFY_COLUMNS = ("stream", "seq", "output_digest", "response_digest", "deterministic",
                   "seed", "model_version", "outcome")
 HEAD_COLUMNS = ("stream", "seq", "record_digest", "record_count", "first_at", "last_at")

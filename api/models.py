@@ -117,7 +117,8 @@ class Provider(BaseModel):
 
 
 class Replay(BaseModel):
-    seed: int | None
+    seed: int | None = Field(description="the integer seed sent, of any size (it may be "
+                                         ">= 2^63); null when none was sent")
     temperature: float | None
     top_p: float | None
     deterministic: bool
@@ -155,11 +156,23 @@ class RecordOut(BaseModel):
     request_policy: str
     streamed: bool
     closed_early: bool
+    truncated: bool = Field(description="true when the capture exceeded the gateway's "
+                                        "max_verbatim_bytes: its bodies were not kept, its "
+                                        "digests and lengths cover the full bytes")
     writer_id: str
+    request_length: int = Field(description="length in bytes of the full request body that "
+                                            "content_key covers")
+    response_length: int | None = Field(description="length in bytes of the full response "
+                                                    "body that response_digest covers; null "
+                                                    "when there was no response body")
     log: LogPosition
     request_b64: str | None = Field(None, description="only with ?include=bytes")
     response_b64: str | None = Field(None, description="only with ?include=bytes")
     error_b64: str | None = Field(None, description="only with ?include=bytes")
+    input_b64: str | None = Field(None, description="the end-user input, when kept; only "
+                                                    "with ?include=bytes")
+    prompt_b64: str | None = Field(None, description="the rendered prompt, when kept; only "
+                                                     "with ?include=bytes")
     record_b64: str | None = Field(None, description="the log message verbatim (single-object "
                                                      "Avro); only with ?include=bytes")
 
@@ -230,15 +243,19 @@ def record_dict(row: tuple[Any, ...]) -> dict[str, Any]:
     for name in ("model_id", "response_model", "fingerprint", "params", "http_status",
                  "response_content_type"):
         out[name] = r[name]
-    out["replay"] = {"seed": r["seed"], "temperature": r["temperature"], "top_p": r["top_p"],
+    # numeric in PostgreSQL (a Decimal here): an integer in JSON, exact at any size.
+    seed = None if r["seed"] is None else int(r["seed"])
+    out["replay"] = {"seed": seed, "temperature": r["temperature"], "top_p": r["top_p"],
                      "deterministic": r["deterministic"]}
-    for name in ("request_policy", "streamed", "closed_early", "writer_id"):
+    for name in ("request_policy", "streamed", "closed_early", "truncated", "writer_id",
+                 "request_length", "response_length"):
         out[name] = r[name]
     out["log"] = {"partition": r["log_partition"], "offset": r["log_offset"]}
     if len(row) > len(META_COLUMNS):
-        request, response, error, record = row[len(META_COLUMNS):]
+        request, response, error, input_, prompt, record = row[len(META_COLUMNS):]
         out.update(request_b64=_b64(request), response_b64=_b64(response),
-                   error_b64=_b64(error), record_b64=_b64(record))
+                   error_b64=_b64(error), input_b64=_b64(input_), prompt_b64=_b64(prompt),
+                   record_b64=_b64(record))
     return out
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass, fields
+from decimal import Decimal
 from typing import Any
 
 from evidence_contract import output_digest, response_digest
@@ -40,7 +41,8 @@ class Original:
     output_digest: bytes | None = None
     response_digest: bytes | None = None
     deterministic: bool | None = None
-    seed: int | None = None
+    seed: int | Decimal | None = None
+    """Any size (the records column is numeric, so a Decimal from the database)."""
     model_version: str | None = None
     outcome: str | None = None
 
@@ -88,6 +90,13 @@ def _opt_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _opt_seed(value: object) -> int | None:
+    """A seed of any size: an int, or the Decimal a numeric column gives, if integral."""
+    if isinstance(value, Decimal):
+        return int(value) if value.is_finite() and value == value.to_integral_value() else None
+    return _opt_int(value)
+
+
 def _opt_bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
@@ -109,7 +118,7 @@ def _verify(original: object, replayed_output: object, replayed_response: object
     seq = _opt_int(getattr(original, "seq", None))
     deterministic = _opt_bool(getattr(original, "deterministic", None))
     model_version = _opt_str(getattr(original, "model_version", None))
-    seed = _opt_int(getattr(original, "seed", None))
+    seed = _opt_seed(getattr(original, "seed", None))
     outcome = _opt_str(getattr(original, "outcome", None))
 
     def result(match: bool, original_hash: str | None, replay_hash: str | None,

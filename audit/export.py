@@ -6,6 +6,8 @@ The files let anyone recompute every digest and the chain link with ``printf`` a
 - ``record.avro``   the log message, verbatim (single-object encoding)
 - ``body.avro``     the Avro binary of the body, as stored (bytes 11.. of record.avro)
 - ``request.bin``   the request body bytes (when the capture kept them)
+- ``input.bin``, ``prompt.bin``, ``chunk-<i>.bin``  the end-user input, the rendered prompt
+                    and each retrieved chunk (when the capture kept them)
 - ``response.bin``  the verbatim response body (when there is one)
 - ``error.bin``     the verbatim provider error body (when there is one)
 - ``output.txt``    the output text the provider adapter extracts (when it can)
@@ -64,6 +66,21 @@ def build_export(message: bytes, partition: int, offset: int,
         check("content_key = sha256(0x00 || request bytes)",
               "{ printf '\\000'; cat request.bin; } | sha256sum | cut -d' ' -f1",
               body["content_key"])
+    for kept, digest, prefix in (("input_bytes", "input_digest", 2),
+                                 ("prompt_bytes", "prompt_digest", 3)):
+        if body[kept] is not None and body[digest] is not None:
+            name = kept.replace("_bytes", ".bin")
+            files[name] = bytes(body[kept])
+            check(f"{digest} = sha256(0x{prefix:02x} || {kept.replace('_bytes', '')} bytes)",
+                  f"{{ printf '\\{prefix:03o}'; cat {name}; }} | sha256sum | cut -d' ' -f1",
+                  body[digest])
+    for i, chunk in enumerate(body["retrieval"]):
+        if chunk["chunk_bytes"] is not None:
+            name = f"chunk-{i}.bin"
+            files[name] = bytes(chunk["chunk_bytes"])
+            check(f"retrieval[{i}].chunk_digest = sha256(0x06 || chunk bytes)",
+                  f"{{ printf '\\006'; cat {name}; }} | sha256sum | cut -d' ' -f1",
+                  chunk["chunk_digest"])
     if body["response_bytes"] is not None:
         files["response.bin"] = bytes(body["response_bytes"])
         if body["response_digest"] is not None:
@@ -105,7 +122,8 @@ def _verify_md(body: dict[str, Any], seal: dict[str, Any], checks: list[dict[str
         "Run each command in this directory with any POSIX shell; it must print the hex on",
         "the `expected:` line. Only `printf`, `cat`, `sha256sum`, `od`, `tail`, `head`, `cut`",
         "and `tr` are used. Every digest is SHA-256 over a one-byte domain prefix and the bytes",
-        "(0x00 request, 0x01 response, 0x04 output text, 0x05 chain link).",
+        "(0x00 request, 0x01 response, 0x02 end-user input, 0x03 prompt, 0x04 output text,",
+        "0x05 chain link, 0x06 retrieved chunk).",
         "",
     ]
     for i, c in enumerate(checks, 1):

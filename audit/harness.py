@@ -118,8 +118,16 @@ def check_reconstruction(message: bytes, stored_body: bytes, record: Mapping[str
         **{k: _hex(body[k]) for k in _DIGESTS},
         "request_b64": _b64(body["request_bytes"]), "response_b64": _b64(body["response_bytes"]),
         "error_b64": _b64(body["error_bytes"]), "record_b64": _b64(message),
+        "input_b64": _b64(body["input_bytes"]), "prompt_b64": _b64(body["prompt_bytes"]),
         "model_id": body["model_id"], "fingerprint": body["fingerprint"],
+        "request_length": body["request_length"], "response_length": body["response_length"],
+        "truncated": body["capture"]["truncated"],
     }
+    seed = body["replay"]["seed"]
+    served_seed = (r.get("replay") or {}).get("seed")
+    if served_seed != (None if seed is None else int(seed)):
+        problems.append(f"record field replay.seed served as {served_seed!r} differs from the "
+                        f"log's {seed!r}")
     for name, value in want.items():
         if r.get(name) != value:
             shown = r.get(name)

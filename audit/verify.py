@@ -4,8 +4,10 @@ recomputes every digest and link and names every finding.
 Checks per stream: every message decodes as an EvidenceRecord; seq runs 1..n with no gap and
 no duplicate; every ``prev_digest`` is the previous record's ``record_digest`` and every
 ``record_digest`` recomputes over the body bytes *as stored*; the stored body is canonical
-Avro; ``content_key`` recomputes from the request bytes where they are kept, and
-``response_digest`` / ``output_digest`` from the response where it is kept. Then the chain's
+Avro; ``content_key`` recomputes from the request bytes where they are kept,
+``response_digest`` / ``output_digest`` from the response where it is kept, ``input_digest``,
+``prompt_digest`` and each ``chunk_digest`` from their bytes where kept, and
+``request_length`` / ``response_length`` are the lengths of the bytes kept. Then the chain's
 last record per stream is compared with the writer's own heads (``evidence.writer-state``):
 a record that a rogue producer appended at the tail, bypassing the writer, is not in them.
 
@@ -23,8 +25,11 @@ from evidence_contract import (
     DecodeError,
     GENESIS,
     canonical_body_bytes,
+    chunk_digest,
     content_key,
+    input_digest,
     output_digest,
+    prompt_digest,
     record_digest,
     response_digest,
     split_record,
@@ -33,7 +38,8 @@ from evidence_contract import (
 KINDS = (
     "undecodable", "gap", "duplicate", "broken_link", "record_digest_mismatch",
     "non_canonical_body", "content_key_mismatch", "response_digest_mismatch",
-    "output_digest_mismatch", "not_sealed_by_writer", "head_mismatch",
+    "output_digest_mismatch", "input_digest_mismatch", "prompt_digest_mismatch",
+    "chunk_digest_mismatch", "length_mismatch", "not_sealed_by_writer", "head_mismatch",
     "projection_missing", "projection_extra", "projection_altered",
 )
 
@@ -175,6 +181,22 @@ class LogAuditor:
                 response_digest(body["response_bytes"]) != bytes(body["response_digest"]):
             self._find("response_digest_mismatch", *where,
                        "response_digest does not recompute from response_bytes")
+        for kept, digest, fn in (("input_bytes", "input_digest", input_digest),
+                                 ("prompt_bytes", "prompt_digest", prompt_digest)):
+            if body[kept] is not None and (body[digest] is None
+                                           or fn(body[kept]) != bytes(body[digest])):
+                self._find(f"{digest}_mismatch", *where,
+                           f"{digest} does not recompute from {kept}")
+        for i, chunk in enumerate(body["retrieval"]):
+            if chunk["chunk_bytes"] is not None and \
+                    chunk_digest(chunk["chunk_bytes"]) != bytes(chunk["chunk_digest"]):
+                self._find("chunk_digest_mismatch", *where,
+                           f"retrieval[{i}].chunk_digest does not recompute from its chunk_bytes")
+        for name, data in (("request_length", body["request_bytes"]),
+                           ("response_length", body["response_bytes"])):
+            if data is not None and body[name] != len(data):
+                self._find("length_mismatch", *where,
+                           f"{name} is {body[name]} but the record keeps {len(data)} bytes")
         if self.output_text is not None and body["output_digest"] is not None \
                 and body["response_bytes"] is not None:
             try:

@@ -15,6 +15,7 @@ for both. ``record`` is a mapping with the columns of the ``records`` view.
 from __future__ import annotations
 
 import base64
+from decimal import Decimal
 from typing import Any, Mapping
 
 from fidelity.analyze import analyze
@@ -42,9 +43,26 @@ def _input(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"state": "hash", "sha256": bytes(record["content_key"]).hex()}
 
 
+def _seed(v: Any) -> str | None:
+    """The seed as decimal text, as the record holds it, exact at any size.
+
+    Not a JSON number: a manifest is hashed as RFC 8785 JSON, whose numbers are IEEE
+    doubles, and a seed is often beyond 2**53. The ``records`` column is numeric (a Decimal).
+    """
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        return str(int(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value():
+        return str(int(v))
+    raise ValueError(f"seed {v!r} is not an integer")
+
+
 def _common_model(record: Mapping[str, Any]) -> dict[str, Any]:
     params = record.get("params")
-    seed = record.get("seed")
+    seed = _seed(record.get("seed"))
     return {
         "input": _input(record),
         # Instructions travel inside the request body; there is no separate artifact.

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+from evidence_contract import seed_text
+
 __all__ = [
     "ANTHROPIC_MESSAGES",
     "OPENAI_CHAT",
@@ -77,7 +79,8 @@ class Route:
 class RequestFacts:
     model_id: str | None = None
     params: str | None = None
-    seed: int | None = None
+    seed: str | None = None
+    """An integer seed of any size as decimal text (``replay.seed``); never a bool or float."""
     temperature: float | None = None
     top_p: float | None = None
 
@@ -135,12 +138,10 @@ def parse_request(kind: str | None, body: bytes | None) -> RequestFacts:
     model = obj.get("model")
     drop = PROMPT_KEYS.get(kind, PROMPT_KEYS[None])
     params = {k: v for k, v in obj.items() if k not in drop}
-    seed = obj.get("seed")
     return RequestFacts(
         model_id=model if isinstance(model, str) else None,
         params=json.dumps(params, ensure_ascii=False, separators=(",", ":")),
-        seed=seed if isinstance(seed, int) and not isinstance(seed, bool)
-        and -2**63 <= seed < 2**63 else None,  # the record's seed is an Avro long
+        seed=seed_text(obj.get("seed")),  # decimal text: a seed >= 2**63 is kept, not dropped
         temperature=_number(obj.get("temperature")),
         top_p=_number(obj.get("top_p")),
     )

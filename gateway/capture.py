@@ -21,7 +21,14 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidence_contract import SCHEMA_VERSION, output_digest, response_digest
+from evidence_contract import (
+    SCHEMA_VERSION,
+    chunk_digest,
+    input_digest,
+    output_digest,
+    prompt_digest,
+    response_digest,
+)
 
 from . import adapters
 
@@ -55,6 +62,7 @@ class Exchange:
     eof: bool = False               # the body was read to its end
     closed_by_app: bool = False     # the application closed the response first
     error: str | None = None        # transport failure, as "ExcType: message"
+    call: Any = None                # the application's context.CallContext, if any
 
     @property
     def streamed(self) -> bool:
@@ -101,6 +109,23 @@ def _complete(ex: Exchange, kind: str | None, body: bytes) -> bool:
     return ex.streamed and adapters.stream_complete(kind, body)
 
 
+def _call_context(call: Any, keep: bool) -> dict[str, Any]:
+    """The record's fields from the application's :class:`~.context.CallContext`: digests
+    always, the bytes only when the request policy keeps values."""
+    if call is None:
+        return {"input_digest": None, "input_bytes": None, "prompt_digest": None,
+                "prompt_bytes": None, "retrieval": []}
+    return {
+        "input_digest": input_digest(call.input) if call.input is not None else None,
+        "input_bytes": call.input if keep else None,
+        "prompt_digest": prompt_digest(call.prompt) if call.prompt is not None else None,
+        "prompt_bytes": call.prompt if keep else None,
+        "retrieval": [{"doc_id": c.doc_id, "doc_version": c.doc_version,
+                       "chunk_digest": chunk_digest(c.data),
+                       "chunk_bytes": c.data if keep else None} for c in call.retrieval],
+    }
+
+
 def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> dict[str, Any]:
     """Return the CaptureEvent dict for ``ex``; ``ex`` must be finished (``finished_at`` set)."""
     route = adapters.detect(ex.host, ex.path, ex.request_headers, ex.query)
@@ -136,9 +161,8 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> 
         "captured_at": finished,
         "content_key": ex.content_key,
         "request_bytes": ex.request_bytes if ex.request_policy == VALUE else None,
-        "input_digest": None,
-        "prompt_digest": None,
-        "retrieval": [],
+        "request_length": len(ex.request_bytes),
+        **_call_context(ex.call, keep=ex.request_policy == VALUE),
         "provider": {"name": route.provider, "endpoint": ex.url, "api_version": route.api_version},
         "model_id": req.model_id,
         "params": req.params,
@@ -147,6 +171,7 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> 
         "http_status": ex.status,
         "response_content_type": ex.content_type,
         "response_bytes": response_bytes,
+        "response_length": len(response_bytes) if response_bytes is not None else None,
         "response_digest": response_digest(response_bytes) if response_bytes is not None else None,
         "output_digest": out_digest,
         "error_bytes": error_bytes,
@@ -163,6 +188,7 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> 
             "request_policy": ex.request_policy,
             "streamed": ex.streamed,
             "closed_early": closed_early,
+            "truncated": False,  # every body is kept here; a size policy may drop them later
             "started_at": ex.started_at,
             "duration_us": ex.duration_us,
         },

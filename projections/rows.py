@@ -10,7 +10,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from evidence_contract import DecodeError, decode
+from evidence_contract import DecodeError, decode, valid_seed
 
 RECORD_COLUMNS = (
     "log_partition", "log_offset", "stream", "seq", "event_id", "schema_version",
@@ -19,19 +19,23 @@ RECORD_COLUMNS = (
     "outcome", "provider_name", "provider_endpoint", "provider_api_version", "model_id",
     "response_model", "fingerprint", "params", "http_status", "response_content_type",
     "seed", "temperature", "top_p", "deterministic", "request_policy", "streamed",
-    "closed_early", "writer_id", "request_bytes", "response_bytes", "error_bytes",
+    "closed_early", "truncated", "writer_id", "request_length", "response_length",
+    "request_bytes", "response_bytes", "error_bytes", "input_bytes", "prompt_bytes",
     "record_bytes",
 )
+"""``record_bytes`` stays last: the audit compares a row's bytes with the log by ``row[-1]``."""
 
-# PostgreSQL types of RECORD_COLUMNS, for binary COPY (``copy.set_types``).
+# PostgreSQL types of RECORD_COLUMNS, for binary COPY (``copy.set_types``). The seed is
+# numeric: it is an integer of any size (decimal text in the record), often >= 2**63.
 RECORD_TYPES = (
     "int4", "int8", "text", "int8", "uuid", "text",
     "timestamptz", "int8", "timestamptz", "bytea", "bytea",
     "bytea", "bytea", "bytea", "bytea", "bytea",
     "text", "text", "text", "text", "text",
     "text", "text", "text", "int4", "text",
-    "int8", "float8", "float8", "bool", "text", "bool",
-    "bool", "text", "bytea", "bytea", "bytea",
+    "numeric", "float8", "float8", "bool", "text", "bool",
+    "bool", "bool", "text", "int8", "int8",
+    "bytea", "bytea", "bytea", "bytea", "bytea",
     "bytea",
 )
 assert len(RECORD_TYPES) == len(RECORD_COLUMNS)
@@ -66,8 +70,22 @@ def record_row(value: bytes, partition: int, offset: int) -> tuple[Any, ...]:
         body["input_digest"], body["prompt_digest"], body["outcome"], provider["name"],
         provider["endpoint"], provider["api_version"], body["model_id"],
         body["response_model"], body["fingerprint"], body["params"], body["http_status"],
-        body["response_content_type"], replay["seed"], replay["temperature"], replay["top_p"],
-        replay["deterministic"], capture["request_policy"], capture["streamed"],
-        capture["closed_early"], seal["writer"]["writer_id"], body["request_bytes"],
-        body["response_bytes"], body["error_bytes"], bytes(value),
+        body["response_content_type"], seed_int(replay["seed"]), replay["temperature"],
+        replay["top_p"], replay["deterministic"], capture["request_policy"], capture["streamed"],
+        capture["closed_early"], capture["truncated"], seal["writer"]["writer_id"],
+        body["request_length"], body["response_length"], body["request_bytes"],
+        body["response_bytes"], body["error_bytes"], body["input_bytes"], body["prompt_bytes"],
+        bytes(value),
     )
+
+
+def seed_int(seed: str | None) -> int | None:
+    """The record's seed (decimal text) as the integer it is; None when absent.
+
+    Raises ``DecodeError`` for text that is not an integer (the writer never seals one).
+    """
+    if seed is None:
+        return None
+    if not valid_seed(seed):
+        raise DecodeError(f"replay.seed {seed[:40]!r} is not an integer as decimal text")
+    return int(seed)

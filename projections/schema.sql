@@ -32,17 +32,22 @@ create table {gen}.records (
     params                text,
     http_status           integer,
     response_content_type text,
-    seed                  bigint,
+    seed                  numeric,    -- an integer of any size (decimal text in the record)
     temperature           double precision,
     top_p                 double precision,
     deterministic         boolean     not null,
     request_policy        text        not null,   -- VALUE | HASH_ONLY
     streamed              boolean     not null,
     closed_early          boolean     not null,
+    truncated             boolean     not null,   -- bodies dropped; digests, lengths kept
     writer_id             text        not null,
+    request_length        bigint      not null,   -- of the full request body
+    response_length       bigint,                 -- of the full response body, if any
     request_bytes         bytea,
     response_bytes        bytea,
     error_bytes           bytea,
+    input_bytes           bytea,
+    prompt_bytes          bytea,
     record_bytes          bytea       not null,   -- the log message value, verbatim
     primary key (log_partition, log_offset)
 )

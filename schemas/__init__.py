@@ -5,22 +5,28 @@ repository's ``schemas/`` folder by ``packaging/contract``).
 
 Pure code; the only I/O is reading ``avro/*.avsc`` once at import.
 
-Schemas (``avro/*.avsc``, namespace ``evidence.v1``), named in ``SCHEMA_NAMES``:
+Schemas (``avro/*.avsc``, record contract 2.0, namespace ``evidence.v2``), named in
+``SCHEMA_NAMES``; each file is self-contained (EvidenceRecord carries CaptureEvent inline) and
+defines every named type once, so every Avro implementation computes the same fingerprint.
+A 1.0 capture has another fingerprint and the writer rejects it (UNKNOWN_FINGERPRINT):
     CaptureEvent     what services send to evidence.intake; the record ``body``
     EvidenceRecord   ``body`` + the writer's ``seal``, on evidence.log
     WriterHead       the writer's restart state per stream
 
 Codec (Avro single-object encoding, no registry needed):
-    encode, decode, body_bytes, split_record, fingerprint, parsing_canonical_form
+    encode, decode, body_bytes, split_record, fingerprint, parsing_canonical_form,
+    DIGEST_FIELDS, wrong_size_digest (every digest field is bytes of exactly 32)
     writer fast paths: HEADER_SIZE, schema_name_for, read_canonical_body, read_body,
     canonical_body_bytes, encode_sealed, peek_ids
 
 Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
     content_key (0x00), response_digest (0x01), input_digest (0x02),
-    prompt_digest (0x03), output_digest (0x04), record_digest (0x05), GENESIS
+    prompt_digest (0x03), output_digest (0x04), record_digest (0x05), chunk_digest (0x06),
+    GENESIS
 
 Record model:
     new_event_id, now_micros, valid_event_id, valid_stream_id, STREAM_ID_RE,
+    seed_text, valid_seed, SEED_RE, MAX_SEED_DIGITS, TRUNCATED_ERROR_BYTES,
     SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal
 
 Topic names (the wire contract's addresses):
@@ -31,6 +37,7 @@ Errors:
 """
 
 from .codec import (
+    DIGEST_FIELDS,
     HEADER_SIZE,
     SCHEMA_NAMES,
     body_bytes,
@@ -45,9 +52,11 @@ from .codec import (
     read_canonical_body,
     schema_name_for,
     split_record,
+    wrong_size_digest,
 )
 from .digests import (
     GENESIS,
+    chunk_digest,
     content_key,
     input_digest,
     output_digest,
@@ -58,30 +67,40 @@ from .digests import (
 from .errors import DecodeError, EncodeError, EvidenceError, TruncatedError
 from .topics import TopicNames
 from .model import (
+    MAX_SEED_DIGITS,
     SCHEMA_VERSION,
+    SEED_RE,
     STREAM_ID_RE,
     SUPPORTED_SCHEMA_VERSIONS,
+    TRUNCATED_ERROR_BYTES,
     new_event_id,
     now_micros,
     seal,
+    seed_text,
     valid_event_id,
+    valid_seed,
     valid_stream_id,
 )
 
 __all__ = [
+    "DIGEST_FIELDS",
     "DecodeError",
     "EncodeError",
     "EvidenceError",
     "GENESIS",
     "HEADER_SIZE",
+    "MAX_SEED_DIGITS",
     "SCHEMA_NAMES",
     "SCHEMA_VERSION",
+    "SEED_RE",
     "STREAM_ID_RE",
     "SUPPORTED_SCHEMA_VERSIONS",
+    "TRUNCATED_ERROR_BYTES",
     "TopicNames",
     "TruncatedError",
     "body_bytes",
     "canonical_body_bytes",
+    "chunk_digest",
     "content_key",
     "decode",
     "encode",
@@ -100,7 +119,10 @@ __all__ = [
     "response_digest",
     "schema_name_for",
     "seal",
+    "seed_text",
     "split_record",
     "valid_event_id",
+    "valid_seed",
     "valid_stream_id",
+    "wrong_size_digest",
 ]

@@ -1,14 +1,14 @@
 """Load, parse and fingerprint the ``avro/*.avsc`` files, once, at import.
 
-Internal: the public face is ``schemas.codec``. EvidenceRecord refers to CaptureEvent by
-name; we inline CaptureEvent's definition before parsing, so EvidenceRecord's Parsing
-Canonical Form (and so its fingerprint) is the self-contained form any Avro implementation
-computes for the full schema, not one that depends on a separately registered name.
+Internal: the public face is ``schemas.codec``.
 
-Canonical form follows Java's SchemaNormalization (the reference implementation): a named
-type is written in full at its first occurrence and as its quoted full name after that.
-fastavro does the same; the Python ``avro`` and Ruby libraries expand repeats instead and so
-compute different fingerprints for our schemas (Sha256 is used many times).
+Each file is self-contained and parsed alone (record contract 2.0): EvidenceRecord carries
+CaptureEvent's full definition inline, and every named type is defined exactly once and never
+referenced by name again. Implementations disagree on the Parsing Canonical Form of a schema
+that repeats a named type (Java and fastavro write the name, the Python ``avro`` package and
+Ruby expand the definition again); with no repeats, there is only one canonical form, so every
+implementation computes the same CRC-64-AVRO fingerprint. ``_load`` refuses a schema that
+breaks this, so a schema edit cannot reintroduce the ambiguity unnoticed.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import fastavro
 from fastavro.schema import fingerprint as _fastavro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
-NAMESPACE = "evidence.v1"
+NAMESPACE = "evidence.v2"
 
-# Order matters: a schema may inline any schema listed before it.
 SCHEMA_NAMES: tuple[str, ...] = ("CaptureEvent", "EvidenceRecord", "WriterHead")
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
 def _read_json(name: str) -> dict[str, Any]:
@@ -33,30 +34,36 @@ def _read_json(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-def _inline(node: Any, defined: dict[str, dict[str, Any]], seen: set[str]) -> Any:
-    """Replace the first reference to each schema in ``defined`` by its full definition.
+def named_types(canonical: str) -> tuple[list[str], list[str]]:
+    """Return (definitions, references) of named types in a Parsing Canonical Form.
 
-    Later references stay names, as Avro requires a named type to be defined once.
+    In canonical form every name is a full name, a definition is an object with a ``name``
+    and a reference is a type given as a string that is not a primitive.
     """
-    if isinstance(node, str):
-        full = node if "." in node else f"{NAMESPACE}.{node}"
-        short = full.rsplit(".", 1)[1]
-        if full == f"{NAMESPACE}.{short}" and short in defined and short not in seen:
-            seen.add(short)
-            return copy.deepcopy(defined[short])
-        return node
-    if isinstance(node, list):
-        return [_inline(n, defined, seen) for n in node]
-    if isinstance(node, dict):
-        out = dict(node)
-        if "type" in out:
-            out["type"] = _inline(out["type"], defined, seen)
-        if "fields" in out:
-            out["fields"] = [_inline(f, defined, seen) for f in out["fields"]]
-        if "items" in out:
-            out["items"] = _inline(out["items"], defined, seen)
-        return out
-    return node
+    defined: list[str] = []
+    referenced: list[str] = []
+
+    def walk(schema: Any) -> None:
+        if isinstance(schema, str):
+            if schema not in _PRIMITIVES:
+                referenced.append(schema)
+        elif isinstance(schema, list):  # a union: each branch is a schema
+            for branch in schema:
+                walk(branch)
+        elif isinstance(schema, dict):
+            kind = schema["type"]
+            if kind in ("record", "error", "enum", "fixed"):
+                defined.append(schema["name"])
+            elif kind not in ("array", "map"):
+                walk(kind)  # {"type": "long"} or {"type": "SomeName"}
+            for key in ("items", "values"):
+                if key in schema:
+                    walk(schema[key])
+            for field in schema.get("fields", ()):
+                walk(field["type"])
+
+    walk(json.loads(canonical))
+    return defined, referenced
 
 
 class _Loaded:
@@ -67,22 +74,21 @@ class _Loaded:
     def __init__(self, name: str, schema_json: dict[str, Any]) -> None:
         self.name = name
         self.json = schema_json
-        # No shared named_schemas: each schema is parsed standalone from its inlined JSON.
+        # No shared named_schemas: each schema is parsed standalone, so a reference to a
+        # type defined in another file fails here.
         self.parsed = fastavro.parse_schema(copy.deepcopy(schema_json))
         self.canonical: str = to_parsing_canonical_form(self.parsed)
+        defined, referenced = named_types(self.canonical)
+        if referenced or len(set(defined)) != len(defined):
+            raise RuntimeError(f"{name}.avsc must define each named type once and never refer "
+                               f"to one by name (defined {defined}, referenced {referenced})")
         # fastavro returns the hex of the 8 little-endian bytes, which is exactly the
         # single-object header (the Java long written little-endian).
         self.fingerprint: bytes = bytes.fromhex(_fastavro_fingerprint(self.canonical, "CRC-64-AVRO"))
 
 
 def _load_all() -> dict[str, _Loaded]:
-    raw: dict[str, dict[str, Any]] = {}
-    loaded: dict[str, _Loaded] = {}
-    for name in SCHEMA_NAMES:
-        schema_json = _inline(_read_json(name), raw, set())
-        raw[name] = schema_json
-        loaded[name] = _Loaded(name, schema_json)
-    return loaded
+    return {name: _Loaded(name, _read_json(name)) for name in SCHEMA_NAMES}
 
 
 SCHEMAS: dict[str, _Loaded] = _load_all()

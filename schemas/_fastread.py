@@ -19,6 +19,9 @@ Canonical, per Avro's binary encoding as fastavro writes it:
 - array: empty is one 0x00; otherwise one block, count > 0, the items, then 0x00.
 - float/double: the IEEE bytes; NaN answers ``None`` (its payload bits need not survive).
 - string: strict UTF-8 (what fastavro reads, re-encoded, is the same bytes).
+- bytes: a minimal length varint, then that many bytes. Digests are Avro bytes (record contract
+  2.0); that each is exactly 32 bytes is a rule of the contract, not of the encoding:
+  ``schemas.codec.wrong_size_digest`` checks it, whichever reader decoded the bytes.
 
 The reader is Python source generated once per schema at import and compiled: straight-line
 code with the single-byte varint case inlined is ~10× faster than fastavro's generic reader

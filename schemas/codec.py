@@ -4,6 +4,10 @@ A message is ``0xC3 0x01``, the 8-byte little-endian CRC-64-AVRO fingerprint of 
 schema's Parsing Canonical Form, then the Avro binary body. The fingerprint names the schema,
 so any reader holding ``schemas/`` decodes a message without a registry.
 
+Every digest field is Avro ``bytes`` of exactly 32 bytes (``DIGEST_FIELDS``); Avro itself
+cannot say so, so this module does: ``encode`` refuses and ``decode`` rejects a digest of any
+other length, and ``wrong_size_digest`` names the field for the writer's rejection.
+
 Errors: a record that does not fit its schema raises ``EncodeError``; bytes that are not a
 whole message of a known schema raise ``DecodeError``. Both wrap fastavro's error with
 ``from e``; this module is the one place that translates them.
@@ -20,9 +24,11 @@ from fastavro.validation import validate
 
 from ._avro import BY_FINGERPRINT, SCHEMA_NAMES, SCHEMAS, _Loaded
 from ._fastread import compile_reader
+from .digests import DIGEST_SIZE
 from .errors import DecodeError, EncodeError, TruncatedError
 
 __all__ = [
+    "DIGEST_FIELDS",
     "HEADER_SIZE",
     "MARKER",
     "SCHEMA_NAMES",
@@ -38,6 +44,7 @@ __all__ = [
     "read_canonical_body",
     "schema_name_for",
     "split_record",
+    "wrong_size_digest",
 ]
 
 MARKER = b"\xc3\x01"
@@ -67,6 +74,57 @@ def fingerprint(schema_name: str) -> bytes:
 def parsing_canonical_form(schema_name: str) -> str:
     """Return the schema's Parsing Canonical Form, the text its fingerprint covers."""
     return _schema(schema_name).canonical
+
+
+_CAPTURE_DIGESTS = ("content_key", "input_digest", "prompt_digest", "retrieval[].chunk_digest",
+                    "response_digest", "output_digest")
+
+DIGEST_FIELDS: dict[str, tuple[str, ...]] = {
+    "CaptureEvent": _CAPTURE_DIGESTS,
+    "EvidenceRecord": tuple(f"body.{f}" for f in _CAPTURE_DIGESTS)
+    + ("seal.prev_digest", "seal.record_digest"),
+    "WriterHead": ("record_digest",),
+}
+"""Per schema, the path of every digest field: exactly 32 bytes when not null.
+
+A path is field names joined by ``.``; ``name[]`` stands for every item of array ``name``.
+"""
+
+_DIGEST_PATHS = {name: tuple(tuple(p.split(".")) for p in paths)
+                 for name, paths in DIGEST_FIELDS.items()}
+
+
+def _misfit(node: Any, parts: tuple[str, ...], k: int, where: str) -> str | None:
+    if k == len(parts):
+        if node is None or (isinstance(node, (bytes, bytearray, memoryview))
+                            and len(node) == DIGEST_SIZE):
+            return None
+        size = (f"{len(node)} bytes" if isinstance(node, (bytes, bytearray, memoryview))
+                else f"a {type(node).__name__}")
+        return f"{where} must be exactly {DIGEST_SIZE} bytes, got {size}"
+    part = parts[k]
+    if part.endswith("[]"):
+        name = part[:-2]
+        for i, item in enumerate(node[name]):
+            found = _misfit(item, parts, k + 1, f"{where}{'.' if where else ''}{name}[{i}]")
+            if found:
+                return found
+        return None
+    return _misfit(node[part], parts, k + 1, f"{where}{'.' if where else ''}{part}")
+
+
+def wrong_size_digest(schema_name: str, record: dict[str, Any]) -> str | None:
+    """Name the first digest field of ``record`` that is not exactly 32 bytes, or None.
+
+    ``record`` must have the schema's shape (it was decoded, or encoded successfully);
+    the answer reads e.g. ``"retrieval[1].chunk_digest must be exactly 32 bytes, got 31
+    bytes"``.
+    """
+    for parts in _DIGEST_PATHS[_schema(schema_name).name]:
+        found = _misfit(record, parts, 0, "")
+        if found:
+            return found
+    return None
 
 
 def _same(read: Any, given: Any) -> bool:
@@ -101,6 +159,9 @@ def _avro_binary(schema: _Loaded, record: dict[str, Any]) -> bytes:
             validate(record, schema.parsed, raise_errors=True)
     except Exception as e:  # fastavro raises ValidationError, ValueError, TypeError, ...
         raise EncodeError(f"{schema.name} record does not match its schema: {e}") from e
+    misfit = wrong_size_digest(schema.name, record)
+    if misfit:
+        raise EncodeError(f"{schema.name} record does not match its schema: {misfit}")
     return data
 
 
@@ -147,24 +208,28 @@ def _read(schema: _Loaded, fo: io.BytesIO) -> dict[str, Any]:
 def decode(data: bytes) -> tuple[str, dict[str, Any]]:
     """Return ``(schema_name, record)`` for a single-object-encoded message.
 
-    Raises ``DecodeError`` unless ``data`` is exactly one whole message of a known schema.
+    Raises ``DecodeError`` unless ``data`` is exactly one whole message of a known schema,
+    every digest field exactly 32 bytes.
     """
     data = _as_bytes(data)
     schema = _header(data)
     fast = _FAST[schema.name]
-    if fast is not None:
-        # The strict reader (schemas._fastread) gives fastavro's answer, ~3x faster, for
-        # canonical bytes, which is every record the writer seals; anything else, including
-        # every error, is left to fastavro so errors read the same.
-        got = fast(data, _HEADER_SIZE)
-        if got is not None and got[1] == len(data):
-            return schema.name, got[0]
-    fo = io.BytesIO(data)
-    fo.seek(_HEADER_SIZE)
-    record = _read(schema, fo)
-    # Avro binary is not self-delimiting; without this check appended bytes would go unseen.
-    if fo.tell() != len(data):
-        raise DecodeError(f"{len(data) - fo.tell()} trailing bytes after the {schema.name} body")
+    # The strict reader (schemas._fastread) gives fastavro's answer, ~3x faster, for
+    # canonical bytes, which is every record the writer seals; anything else, including
+    # every error, is left to fastavro so errors read the same.
+    got = fast(data, _HEADER_SIZE) if fast is not None else None
+    if got is not None and got[1] == len(data):
+        record = got[0]
+    else:
+        fo = io.BytesIO(data)
+        fo.seek(_HEADER_SIZE)
+        record = _read(schema, fo)
+        # Avro binary is not self-delimiting; without this check appended bytes would go unseen.
+        if fo.tell() != len(data):
+            raise DecodeError(f"{len(data) - fo.tell()} trailing bytes after the {schema.name} body")
+    misfit = wrong_size_digest(schema.name, record)
+    if misfit:
+        raise DecodeError(f"malformed {schema.name}: {misfit}")
     return schema.name, record
 
 
@@ -202,8 +267,8 @@ def read_body(data: bytes, start: int = _HEADER_SIZE) -> tuple[dict[str, Any], i
     """Decode one CaptureEvent Avro binary starting at ``data[start]``; return (record, end).
 
     Raises ``TruncatedError`` (a ``DecodeError``) when the bytes ran out before the body
-    did, and ``DecodeError`` for any other malformed body. Trailing bytes are the caller's
-    to judge (``end < len(data)``).
+    did, and ``DecodeError`` for any other malformed body. Trailing bytes and digest sizes
+    (``wrong_size_digest``) are the caller's to judge (``end < len(data)``).
     """
     data = _as_bytes(data)
     fo = io.BytesIO(data)
@@ -277,6 +342,7 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 _EVIDENCE_RECORD_HEADER = MARKER + SCHEMAS["EvidenceRecord"].fingerprint
+_DIGEST_LENGTH = _varint_long(DIGEST_SIZE)  # a digest is Avro bytes: its length, then itself
 
 
 def _check_int(name: str, v: object, lo: int, hi: int) -> None:
@@ -290,9 +356,10 @@ def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
 
     ``body`` is EvidenceRecord's first field, so the record's Avro binary is ``body_avro``
     followed by the Avro binary of ``seal``; the Seal is written here by hand (a fixed shape
-    of longs, ints, two 32-byte fixed and three strings). The result is byte-identical to
-    ``encode("EvidenceRecord", {"body": ..., "seal": seal})`` when ``body_avro`` is the
-    canonical binary of that body. Raises ``EncodeError`` for a seal that does not fit.
+    of longs, ints, two 32-byte digests as Avro bytes and three strings). The result is
+    byte-identical to ``encode("EvidenceRecord", {"body": ..., "seal": seal})`` when
+    ``body_avro`` is the canonical binary of that body. Raises ``EncodeError`` for a seal
+    that does not fit, a digest of any length but 32 included.
     """
     try:
         seq, occurred_at = seal["seq"], seal["occurred_at"]
@@ -311,11 +378,12 @@ def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
         if not (type(off) is int and _LONG_MIN <= off <= _LONG_MAX):
             _check_int("intake_offset", off, _LONG_MIN, _LONG_MAX)
         for name, v in (("prev_digest", prev), ("record_digest", digest)):
-            if not isinstance(v, (bytes, bytearray)) or len(v) != 32:
-                raise EncodeError(f"Seal.{name} must be 32 bytes")
+            if not isinstance(v, (bytes, bytearray)) or len(v) != DIGEST_SIZE:
+                raise EncodeError(f"Seal.{name} must be exactly {DIGEST_SIZE} bytes")
         parts = [
             _EVIDENCE_RECORD_HEADER, _as_bytes(body_avro),
-            _varint_long(seq), _varint_long(occurred_at), bytes(prev), bytes(digest),
+            _varint_long(seq), _varint_long(occurred_at),
+            _DIGEST_LENGTH, bytes(prev), _DIGEST_LENGTH, bytes(digest),
             _writer_identity(w["writer_id"], w["transactional_id"], w["version"]),
             _varint_long(part), _varint_long(off),
         ]

@@ -9,8 +9,10 @@ one kind can never be presented as another (a response can't pass for a request,
     0x03 prompt_digest     rendered prompt bytes
     0x04 output_digest     UTF-8 of the extracted output text
     0x05 record_digest     prev_digest || be64(seq) || be64(occurred_at) || avro_binary(body)
+    0x06 chunk_digest      a retrieved chunk's bytes as used in the prompt
 
-All functions return the 32 raw digest bytes.
+All functions return the 32 raw digest bytes (``DIGEST_SIZE``); every digest field of the
+record contract holds exactly that many.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import struct
 __all__ = [
     "DIGEST_SIZE",
     "GENESIS",
+    "chunk_digest",
     "content_key",
     "input_digest",
     "output_digest",
@@ -40,6 +43,7 @@ _INPUT = b"\x02"
 _PROMPT = b"\x03"
 _OUTPUT = b"\x04"
 _RECORD = b"\x05"
+_CHUNK = b"\x06"
 
 # seq and occurred_at are unsigned 64-bit big-endian, so their byte order is fixed
 # independently of platform and of Avro's zig-zag varints.
@@ -82,6 +86,12 @@ def prompt_digest(data: _BytesLike) -> bytes:
     """Return sha256(0x03 || data) over the rendered prompt bytes."""
     _require_bytes("data", data)
     return _digest(_PROMPT, data)
+
+
+def chunk_digest(data: _BytesLike) -> bytes:
+    """Return sha256(0x06 || data) over a retrieved chunk's bytes as used in the prompt."""
+    _require_bytes("data", data)
+    return _digest(_CHUNK, data)
 
 
 def output_digest(text: str) -> bytes:

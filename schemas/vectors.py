@@ -2,8 +2,8 @@
 
 ``python -m evidence_contract.vectors`` rewrites ``schemas/vectors.json``; ``--check`` exits 1 if the
 file differs from what the code computes now. Everything is fixed (ids, times, bytes), so
-the output is byte-for-byte deterministic. In the JSON, bytes and fixed values are lowercase
-hex strings; which fields are bytes follows from the schemas.
+the output is byte-for-byte deterministic. In the JSON, bytes values are lowercase hex
+strings; which fields are bytes follows from the schemas.
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ _RESPONSE_1 = (
 )
 _REQUEST_2 = b'{"model":"claude-3-5-haiku-latest","max_tokens":64,"messages":[{"role":"user","content":"Say hi"}]}'
 _ERROR_2 = b'{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited"}}'
+_REQUEST_3 = (
+    b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"' + b"x" * 64 + b'"}],'
+    b'"seed":18446744073709551615}'
+)
+_RESPONSE_3 = (
+    b'{"id":"chatcmpl-3","object":"chat.completion","model":"gpt-4o-mini-2024-07-18",'
+    b'"choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}'
+)
 
 _WRITER = {"writer_id": "writer-0", "transactional_id": "evidence-writer-0", "version": "0.1.0"}
 
@@ -53,10 +61,14 @@ def committed_event() -> dict[str, Any]:
         "captured_at": _T0 + 812_345,
         "content_key": digests.content_key(_REQUEST_1),
         "request_bytes": _REQUEST_1,
+        "request_length": len(_REQUEST_1),
         "input_digest": digests.input_digest(b"Say hi"),
+        "input_bytes": b"Say hi",
         "prompt_digest": digests.prompt_digest(b"Say hi"),
+        "prompt_bytes": b"Say hi",
         "retrieval": [
-            {"doc_id": "kb/greetings.md", "doc_version": "3", "chunk_digest": digests.prompt_digest(b"chunk")},
+            {"doc_id": "kb/greetings.md", "doc_version": "3",
+             "chunk_digest": digests.chunk_digest(b"Greet warmly."), "chunk_bytes": b"Greet warmly."},
         ],
         "provider": {"name": "openai", "endpoint": "https://api.openai.com/v1/chat/completions", "api_version": None},
         "model_id": "gpt-4o-mini",
@@ -66,17 +78,19 @@ def committed_event() -> dict[str, Any]:
         "http_status": 200,
         "response_content_type": "application/json",
         "response_bytes": _RESPONSE_1,
+        "response_length": len(_RESPONSE_1),
         "response_digest": digests.response_digest(_RESPONSE_1),
         "output_digest": digests.output_digest("Hi!"),
         "error_bytes": None,
         "outcome": "COMMITTED",
-        "replay": {"seed": 42, "temperature": 0.0, "top_p": None, "deterministic": True},
+        "replay": {"seed": "42", "temperature": 0.0, "top_p": None, "deterministic": True},
         "capture": {
             "library": "evidence-store-gateway/0.1.0",
             "host": "app-1",
             "request_policy": "VALUE",
             "streamed": False,
             "closed_early": False,
+            "truncated": False,
             "started_at": _T0,
             "duration_us": 812_345,
         },
@@ -92,8 +106,11 @@ def failed_event() -> dict[str, Any]:
         "captured_at": _T0 + 1_250_000,
         "content_key": digests.content_key(_REQUEST_2),
         "request_bytes": None,
+        "request_length": len(_REQUEST_2),
         "input_digest": None,
+        "input_bytes": None,
         "prompt_digest": None,
+        "prompt_bytes": None,
         "retrieval": [],
         "provider": {
             "name": "anthropic",
@@ -107,6 +124,7 @@ def failed_event() -> dict[str, Any]:
         "http_status": 429,
         "response_content_type": "application/json",
         "response_bytes": None,
+        "response_length": None,
         "response_digest": None,
         "output_digest": None,
         "error_bytes": _ERROR_2,
@@ -118,8 +136,59 @@ def failed_event() -> dict[str, Any]:
             "request_policy": "HASH_ONLY",
             "streamed": True,
             "closed_early": False,
+            "truncated": False,
             "started_at": _T0 + 1_000_000,
             "duration_us": 250_000,
+        },
+    }
+
+
+def truncated_event() -> dict[str, Any]:
+    """A COMMITTED capture under policy VALUE whose bodies exceeded max_verbatim_bytes.
+
+    No request or response bytes, yet content_key, response_digest, output_digest and both
+    lengths cover the full bodies; the seed (2^64 - 1) does not fit an Avro long and is kept
+    as decimal text.
+    """
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "event_id": "017f22e2-79b2-7000-8000-000000000003",
+        "stream": "tenant-b:batch",
+        "captured_at": _T0 + 2_400_000,
+        "content_key": digests.content_key(_REQUEST_3),
+        "request_bytes": None,
+        "request_length": len(_REQUEST_3),
+        "input_digest": digests.input_digest(b"x" * 64),
+        "input_bytes": None,
+        "prompt_digest": None,
+        "prompt_bytes": None,
+        "retrieval": [
+            {"doc_id": "kb/long.md", "doc_version": None,
+             "chunk_digest": digests.chunk_digest(b"x" * 64), "chunk_bytes": None},
+        ],
+        "provider": {"name": "openai", "endpoint": "https://api.openai.com/v1/chat/completions", "api_version": None},
+        "model_id": "gpt-4o-mini",
+        "params": '{"seed":18446744073709551615}',
+        "fingerprint": None,
+        "response_model": "gpt-4o-mini-2024-07-18",
+        "http_status": 200,
+        "response_content_type": "application/json",
+        "response_bytes": None,
+        "response_length": len(_RESPONSE_3),
+        "response_digest": digests.response_digest(_RESPONSE_3),
+        "output_digest": digests.output_digest("Done."),
+        "error_bytes": None,
+        "outcome": "COMMITTED",
+        "replay": {"seed": "18446744073709551615", "temperature": None, "top_p": None, "deterministic": True},
+        "capture": {
+            "library": "evidence-store-gateway/0.1.0",
+            "host": None,
+            "request_policy": "VALUE",
+            "streamed": False,
+            "closed_early": False,
+            "truncated": True,
+            "started_at": _T0 + 2_000_000,
+            "duration_us": 400_000,
         },
     }
 
@@ -144,7 +213,8 @@ def to_jsonable(value: Any) -> Any:
 
 def _digest_vectors() -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for fn in (digests.content_key, digests.response_digest, digests.input_digest, digests.prompt_digest):
+    for fn in (digests.content_key, digests.response_digest, digests.input_digest, digests.prompt_digest,
+               digests.chunk_digest):
         out[fn.__name__] = [{"input_hex": b.hex(), "digest_hex": fn(b).hex()} for b in _BYTE_INPUTS]
     out["output_digest"] = [
         {"input_text": t, "input_hex": t.encode("utf-8").hex(), "digest_hex": digests.output_digest(t).hex()}
@@ -181,9 +251,9 @@ def build() -> dict[str, Any]:
     first, second = sealed_records()
     return {
         "description": (
-            "evidence-store record contract test vectors. Digests are sha256(prefix || input); "
-            "encodings are Avro single-object (c3 01, 8-byte little-endian CRC-64-AVRO "
-            "fingerprint, Avro binary). Bytes and fixed values are lowercase hex."
+            "evidence-store record contract 2.0 test vectors. Digests are sha256(prefix || input), "
+            "exactly 32 bytes; encodings are Avro single-object (c3 01, 8-byte little-endian "
+            "CRC-64-AVRO fingerprint, Avro binary). Bytes values are lowercase hex."
         ),
         "digests": _digest_vectors(),
         "schemas": {
@@ -196,6 +266,7 @@ def build() -> dict[str, Any]:
         "records": [
             _record_vector("capture_committed_value", "CaptureEvent", committed_event()),
             _record_vector("capture_failed_hash_only", "CaptureEvent", failed_event()),
+            _record_vector("capture_truncated_big_seed", "CaptureEvent", truncated_event()),
             _record_vector("evidence_seq1_from_genesis", "EvidenceRecord", first),
             _record_vector("evidence_seq2_chained", "EvidenceRecord", second),
         ],

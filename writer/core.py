@@ -22,20 +22,26 @@ from evidence_contract import (
     GENESIS,
     HEADER_SIZE,
     SUPPORTED_SCHEMA_VERSIONS,
+    TRUNCATED_ERROR_BYTES,
     DecodeError,
     TruncatedError,
     canonical_body_bytes,
+    chunk_digest,
     content_key,
     decode,
     encode,
     encode_sealed,
+    input_digest,
+    prompt_digest,
     read_body,
     read_canonical_body,
     record_digest,
     response_digest,
     schema_name_for,
     valid_event_id,
+    valid_seed,
     valid_stream_id,
+    wrong_size_digest,
 )
 from evidence_contract.codec import MARKER
 from writer.reasons import Reason
@@ -128,6 +134,11 @@ def validate(value: bytes | None, key: bytes | None, max_message_bytes: int) -> 
 
 def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
                      canonical: bool) -> Capture | Rejection:
+    """The rules of record contract 2.0 that Avro cannot express, in the order of ``Reason``.
+
+    Each is also written in the doc of the ``CaptureEvent.avsc`` field it concerns, so a
+    producer in another language can follow them from the schema alone.
+    """
     version = body["schema_version"]
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         return _reject(Reason.UNSUPPORTED_VERSION, f"schema_version {version!r} is not supported")
@@ -139,16 +150,30 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
     event_id = body["event_id"]
     if not valid_event_id(event_id):
         return _reject(Reason.BAD_EVENT_ID, f"event_id {event_id!r} is not a canonical UUIDv7")
+    misfit = wrong_size_digest("CaptureEvent", body)
+    if misfit:
+        return _reject(Reason.BAD_DIGEST, misfit)
+    replay = body["replay"]
+    seed = replay["seed"]
+    if seed is not None and not valid_seed(seed):
+        return _reject(Reason.BAD_SEED, f"replay.seed {seed[:40]!r} is not an integer as "
+                                        f"decimal text")
+    if replay["deterministic"] != (seed is not None):
+        return _reject(Reason.BAD_SEED, f"replay.deterministic is {replay['deterministic']} "
+                                        f"but replay.seed is {'null' if seed is None else 'set'}")
+    if body["capture"]["truncated"]:
+        kept = _kept_despite_truncation(body)
+        if kept:
+            return _reject(Reason.BAD_TRUNCATION, kept)
     missing = _missing_fields(body)
     if missing:
         return _reject(Reason.MISSING_FIELD, missing)
-    request = body["request_bytes"]
-    if request is not None and not hmac.compare_digest(content_key(request), body["content_key"]):
-        return _reject(Reason.DIGEST_MISMATCH, "content_key does not match request_bytes")
-    response = body["response_bytes"]
-    if response is not None and body["response_digest"] is not None and not hmac.compare_digest(
-            response_digest(response), body["response_digest"]):
-        return _reject(Reason.DIGEST_MISMATCH, "response_digest does not match response_bytes")
+    wrong = _wrong_length(body)
+    if wrong:
+        return _reject(Reason.LENGTH_MISMATCH, wrong)
+    mismatch = _digest_mismatch(body)
+    if mismatch:
+        return _reject(Reason.DIGEST_MISMATCH, mismatch)
     # The sealed body must be the canonical Avro binary (record_digest covers it and any
     # other implementation must recompute the same bytes). The fast path has proved that
     # already; otherwise fastavro (which writes canonical Avro) re-encodes, which both
@@ -162,15 +187,73 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
     return Capture(stream, event_id, reencoded, reencoded=True)
 
 
+def _kept_despite_truncation(body: dict[str, Any]) -> str:
+    for name in ("request_bytes", "response_bytes", "input_bytes", "prompt_bytes"):
+        if body[name] is not None:
+            return f"capture.truncated is true but {name} is kept"
+    for i, chunk in enumerate(body["retrieval"]):
+        if chunk["chunk_bytes"] is not None:
+            return f"capture.truncated is true but retrieval[{i}].chunk_bytes is kept"
+    error = body["error_bytes"]
+    if error is not None and len(error) > TRUNCATED_ERROR_BYTES:
+        return (f"capture.truncated is true but error_bytes holds {len(error)} bytes, more "
+                f"than its first {TRUNCATED_ERROR_BYTES}")
+    return ""
+
+
 def _missing_fields(body: dict[str, Any]) -> str:
+    truncated = body["capture"]["truncated"]
     if body["outcome"] == "COMMITTED":
-        for name in ("response_bytes", "response_digest"):
+        needed = ("response_digest", "response_length") if truncated else (
+            "response_bytes", "response_digest", "response_length")
+        for name in needed:
             if body[name] is None:
-                return f"missing field {name}: outcome COMMITTED needs the response and its digest"
+                return (f"missing field {name}: outcome COMMITTED needs response_digest, "
+                        f"response_length and, unless capture.truncated, response_bytes")
     if body["response_bytes"] is not None and body["response_digest"] is None:
         return "missing field response_digest: response_bytes are present"
-    if body["capture"]["request_policy"] == "VALUE" and body["request_bytes"] is None:
+    if (body["response_length"] is None) != (body["response_digest"] is None):
+        absent = "response_length" if body["response_length"] is None else "response_digest"
+        return (f"missing field {absent}: response_length and response_digest are both set "
+                f"(there is a response body) or both null")
+    if (body["capture"]["request_policy"] == "VALUE" and body["request_bytes"] is None
+            and not truncated):
         return "missing field request_bytes: request_policy VALUE keeps the request bytes"
+    for kept, digest in (("input_bytes", "input_digest"), ("prompt_bytes", "prompt_digest")):
+        if body[kept] is not None and body[digest] is None:
+            return f"missing field {digest}: {kept} are present"
+    return ""
+
+
+def _wrong_length(body: dict[str, Any]) -> str:
+    for name, data in (("request_length", body["request_bytes"]),
+                       ("response_length", body["response_bytes"])):
+        n = body[name]
+        if n is not None and n < 0:
+            return f"{name} is {n}, a length cannot be negative"
+        if data is not None and n != len(data):
+            covered = name.replace("_length", "_bytes")
+            return f"{name} is {n} but {covered} are {len(data)} bytes"
+    return ""
+
+
+def _digest_mismatch(body: dict[str, Any]) -> str:
+    # compare_digest: the digests are public, but constant time costs nothing here.
+    request = body["request_bytes"]
+    if request is not None and not hmac.compare_digest(content_key(request), body["content_key"]):
+        return "content_key does not match request_bytes"
+    response = body["response_bytes"]
+    if response is not None and not hmac.compare_digest(response_digest(response),
+                                                        body["response_digest"]):
+        return "response_digest does not match response_bytes"
+    for kept, digest, fn in (("input_bytes", "input_digest", input_digest),
+                             ("prompt_bytes", "prompt_digest", prompt_digest)):
+        if body[kept] is not None and not hmac.compare_digest(fn(body[kept]), body[digest]):
+            return f"{digest} does not match {kept}"
+    for i, chunk in enumerate(body["retrieval"]):
+        data = chunk["chunk_bytes"]
+        if data is not None and not hmac.compare_digest(chunk_digest(data), chunk["chunk_digest"]):
+            return f"retrieval[{i}].chunk_digest does not match its chunk_bytes"
     return ""
 
 

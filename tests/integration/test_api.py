@@ -318,6 +318,50 @@ def test_record_metadata_and_bytes(acme, data):
     assert full["error_b64"] is None
     failed = acme.get(f"/streams/acme:chat/records/{data['failed'].seq}?include=bytes").json()
     assert base64.b64decode(failed["error_b64"]) == data["failed"].body["error_bytes"]
+    assert (meta["request_length"], meta["response_length"], meta["truncated"]) == (
+        len(SHARED_REQUEST), len(rec.body["response_bytes"]), False)
+    assert (meta["input_digest"], meta["prompt_digest"]) == (None, None)
+    assert (failed["response_length"], failed["input_b64"], failed["prompt_b64"]) == (
+        None, None, None)
+
+
+def test_contract_2_fields_and_a_seed_beyond_64_bits(make_readmodel, make_api_server,
+                                                     database_url):
+    from evidence_contract import input_digest, prompt_digest
+
+    rm = make_readmodel()
+    big = 2**64 + 1
+    seeded = rm.add("acme:c2", seed=big, output="Hi", input_bytes=b"hi there",
+                    input_digest=input_digest(b"hi there"), prompt_bytes=b"<p>hi there",
+                    prompt_digest=prompt_digest(b"<p>hi there"))
+    # Truncated: the bodies are not kept, their digests and lengths are.
+    cut = rm.add("acme:c2", seed=-(2**63) - 1, output="Cut", request_bytes=None,
+                 response_bytes=None,
+                 capture={"library": "t/0", "host": None, "request_policy": "VALUE",
+                          "streamed": False, "closed_early": False, "truncated": True,
+                          "started_at": 0, "duration_us": None})
+    url = make_api_server(Settings(database_url, Keyring([("all", ALL, ["*"])]),
+                                   views_schema=rm.views, max_lag=100))
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ALL}"}) as c:
+        full = c.get(f"/streams/acme:c2/records/{seeded.seq}", params={"include": "bytes"})
+        assert full.status_code == 200, full.text
+        r = full.json()
+        assert r["replay"]["seed"] == big and b'"seed":18446744073709551617' in full.content
+        assert r["input_digest"] == input_digest(b"hi there").hex()
+        assert r["prompt_digest"] == prompt_digest(b"<p>hi there").hex()
+        assert base64.b64decode(r["input_b64"]) == b"hi there"
+        assert base64.b64decode(r["prompt_b64"]) == b"<p>hi there"
+        assert r["request_length"] == len(seeded.body["request_bytes"])
+        t = c.get(f"/streams/acme:c2/records/{cut.seq}").json()
+        assert t["truncated"] is True and t["replay"]["seed"] == -(2**63) - 1
+        assert t["request_length"] == cut.body["request_length"] > 0
+        assert t["response_length"] == cut.body["response_length"] > 0
+        v = verify(c, stream="acme:c2", seq=seeded.seq, replayed_output="other").json()
+        assert f"seed {big}" in v["reason"]
+        fid = c.get(f"/streams/acme:c2/records/{seeded.seq}/fidelity").json()
+        assert fid["live_reexecution"]["manifest"]["model"]["seed"]["value"] == str(big)
+        audit = c.get("/streams/acme:c2/audit").json()
+        assert audit["clean"], audit
 
 
 def test_record_errors(acme):

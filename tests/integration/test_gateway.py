@@ -30,6 +30,8 @@ def assert_matches(event: dict, seen, *, text: str | None = None) -> None:
     """The capture holds exactly the bytes the provider received and sent."""
     assert event["content_key"] == sha(0x00, seen.request_body)
     assert event["request_bytes"] == seen.request_body
+    assert event["request_length"] == len(seen.request_body)
+    assert event["capture"]["truncated"] is False
     assert event["http_status"] == seen.status
     assert event["response_content_type"] == seen.content_type
     if seen.status >= 400:
@@ -40,6 +42,7 @@ def assert_matches(event: dict, seen, *, text: str | None = None) -> None:
     assert event["outcome"] == "COMMITTED"
     assert event["response_bytes"] == seen.response_body
     assert event["response_digest"] == sha(0x01, seen.response_body)
+    assert event["response_length"] == len(seen.response_body)
     assert event["error_bytes"] is None
     assert event["capture"]["closed_early"] is False
     if text is not None:
@@ -84,7 +87,7 @@ def test_openai_chat_sync_non_streaming(kafka_bootstrap, topics, make_recorder, 
     assert e["fingerprint"] == "fp_fake_2026"
     assert json.loads(e["params"]) == {"model": "gpt-4o", "seed": 42, "temperature": 0.25,
                                        "top_p": 0.9, "max_tokens": 50}
-    assert e["replay"] == {"seed": 42, "temperature": 0.25, "top_p": 0.9, "deterministic": True}
+    assert e["replay"] == {"seed": "42", "temperature": 0.25, "top_p": 0.9, "deterministic": True}
     assert e["provider"] == {"name": "openai-compatible",
                              "endpoint": fake_provider.url + "/v1/chat/completions",
                              "api_version": "v1"}

@@ -9,7 +9,9 @@ import pytest
 from evidence_contract import GENESIS, encode
 from evidence_contract.codec import MARKER
 from tests.fixtures.writer import (
+    CONTRACT_1_CAPTURE,
     encode_capture,
+    encode_raw_capture,
     make_capture,
     produce_intake,
     read_all,
@@ -34,6 +36,13 @@ def _bad_messages(max_message_bytes: int) -> list[tuple[str, bytes | None, bytes
     bad_request = make_capture(STREAM)
     bad_request["content_key"] = b"\x01" * 32
     missing = make_capture(STREAM, response_bytes=None, response_digest=None)
+    short_digest = make_capture(STREAM, content_key=b"\x01" * 31)
+    bad_seed = make_capture(STREAM, replay={"seed": "0x2a", "temperature": None, "top_p": None,
+                                            "deterministic": True})
+    cut = make_capture(STREAM)
+    cut["capture"] = {**cut["capture"], "truncated": True}  # yet its bytes are kept
+    wrong_length = make_capture(STREAM)
+    wrong_length["request_length"] += 1
     big = make_capture(STREAM, response=b"x" * (max_message_bytes - 40 * 1024))
     head = encode("WriterHead", {"stream": STREAM, "seq": 1, "record_digest": GENESIS, "occurred_at": 1,
                                  "event_id": "e", "log_partition": 0, "log_offset": None})
@@ -54,6 +63,12 @@ def _bad_messages(max_message_bytes: int) -> list[tuple[str, bytes | None, bytes
         ("DIGEST_MISMATCH", k, encode_capture(wrong_digest), []),
         ("DIGEST_MISMATCH", k, encode_capture(bad_request), []),
         ("MISSING_FIELD", k, encode_capture(missing), []),
+        ("BAD_DIGEST", k, encode_raw_capture(short_digest), []),
+        ("BAD_SEED", k, encode_raw_capture(bad_seed), []),
+        ("BAD_TRUNCATION", k, encode_raw_capture(cut), []),
+        ("LENGTH_MISMATCH", k, encode_raw_capture(wrong_length), []),
+        # A contract 1.0 producer: its schema fingerprint is not one of ours.
+        ("UNKNOWN_FINGERPRINT", k, CONTRACT_1_CAPTURE, []),
         ("OVERSIZED", k, encode_capture(big), []),
     ]
 

@@ -31,7 +31,7 @@ def test_every_command_prints_its_expected_digest(tmp_path, shell):
     _write(tmp_path, files)
     md = files["VERIFY.md"].decode()
     cmds = _commands(md)
-    assert len(cmds) == len(checks) == 7
+    assert len(cmds) == len(checks) == 10  # with input, prompt and chunk digests
     for command, expected in cmds:
         out = subprocess.run([shell, "-c", command], cwd=tmp_path, capture_output=True,
                              text=True, check=True).stdout.strip()

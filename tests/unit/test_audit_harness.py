@@ -25,7 +25,14 @@ def served_for(message: bytes, record) -> Served:
                         "request_b64": b64(body["request_bytes"]),
                         "response_b64": b64(body["response_bytes"]),
                         "error_b64": b64(body["error_bytes"]), "record_b64": b64(message),
-                        "model_id": body["model_id"], "fingerprint": body["fingerprint"]})
+                        "input_b64": b64(body["input_bytes"]),
+                        "prompt_b64": b64(body["prompt_bytes"]),
+                        "model_id": body["model_id"], "fingerprint": body["fingerprint"],
+                        "request_length": body["request_length"],
+                        "response_length": body["response_length"],
+                        "truncated": body["capture"]["truncated"],
+                        "replay": {"seed": int(body["replay"]["seed"])
+                                   if body["replay"]["seed"] is not None else None}})
 
 
 def test_sampler_keeps_n_uniformly_and_is_repeatable():
@@ -53,6 +60,13 @@ def test_reconstruction_identical_and_each_difference_named():
     bad = Served(*(ok.replay_status, ok.replay_body, ok.replay_headers), 200, js)
     [p] = check_reconstruction(message, stored, record, bad)
     assert "record_digest" in p
+    for change, named in (({"replay": {"seed": 41}}, "replay.seed"),
+                          ({"truncated": True}, "truncated"),
+                          ({"request_length": 1}, "request_length")):
+        bad = Served(*(ok.replay_status, ok.replay_body, ok.replay_headers), 200,
+                     dict(ok.record_json, **change))
+        [p] = check_reconstruction(message, stored, record, bad)
+        assert named in p
     bad = Served(404, None, {}, 404, None)
     assert len(check_reconstruction(message, stored, record, bad)) == 2
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from audit import LogAuditor, compare_projection
-from projections.rows import record_row
+from projections.rows import RECORD_COLUMNS, record_row
 from evidence_contract import GENESIS, content_key, encode, new_event_id, response_digest, seal
 from evidence_contract.vectors import committed_event
 
@@ -18,8 +18,9 @@ def body(stream: str, i: int) -> dict:
     req = f'{{"n": {i}}}'.encode()
     resp = f'{{"answer": {i}}}'.encode()
     b.update(stream=stream, event_id=new_event_id(), request_bytes=req,
-             content_key=content_key(req), response_bytes=resp,
-             response_digest=response_digest(resp), output_digest=None)
+             content_key=content_key(req), request_length=len(req), response_bytes=resp,
+             response_digest=response_digest(resp), response_length=len(resp),
+             output_digest=None)
     return b
 
 
@@ -74,7 +75,7 @@ def test_altered_bytes_break_the_record_digest():
 def test_altered_response_is_found_by_its_digest_and_the_chain():
     recs = chain("s", 1)
     tampered = copy.deepcopy(recs[0])
-    tampered["body"]["response_bytes"] = b'{"answer": "forged"}'
+    tampered["body"]["response_bytes"] = b'{"answer": 9}'  # forged, of the same length
     assert kinds(audit(enc([tampered]))) == [("record_digest_mismatch", 1),
                                              ("response_digest_mismatch", 1)]
 
@@ -82,8 +83,31 @@ def test_altered_response_is_found_by_its_digest_and_the_chain():
 def test_content_key_must_recompute_from_the_request():
     b = body("s", 0)
     b["request_bytes"] = b"other bytes"
+    b["request_length"] = len(b"other bytes")
     rec = seal(b, 0, GENESIS, 1, WRITER, 0, 0)
     assert kinds(audit(enc([rec]))) == [("content_key_mismatch", 1)]
+
+
+def test_input_prompt_and_chunk_digests_must_recompute_from_their_bytes():
+    b = body("s", 0)
+    assert b["input_bytes"] and b["prompt_bytes"] and b["retrieval"][0]["chunk_bytes"]
+    assert kinds(audit(enc([seal(b, 0, GENESIS, 1, WRITER, 0, 0)]))) == []
+    b["input_bytes"] = b"said something else"
+    b["prompt_bytes"] = b"rendered otherwise"
+    b["retrieval"] = [{**b["retrieval"][0], "chunk_bytes": b"another chunk"}]
+    rec = seal(b, 0, GENESIS, 1, WRITER, 0, 0)
+    assert kinds(audit(enc([rec]))) == [("input_digest_mismatch", 1),
+                                         ("prompt_digest_mismatch", 1),
+                                         ("chunk_digest_mismatch", 1)]
+
+
+def test_lengths_must_be_those_of_the_bytes_kept():
+    b = body("s", 0)
+    b["request_length"] += 1
+    b["response_length"] = 0
+    a = audit(enc([seal(b, 0, GENESIS, 1, WRITER, 0, 0)]))
+    assert kinds(a) == [("length_mismatch", 1), ("length_mismatch", 1)]
+    assert "request_length" in a.findings[0].detail and "response_length" in a.findings[1].detail
 
 
 def test_a_rogue_record_at_the_tail_is_not_in_the_writer_heads():
@@ -115,7 +139,7 @@ def test_projection_comparison():
 
     rows = _rows(values)
     row = list(rows[0][0])
-    row[-3] = b"edited response"  # response_bytes column
+    row[RECORD_COLUMNS.index("response_bytes")] = b"edited response"
     rows[0] = (tuple(row), rows[0][1])
     found = compare_projection(index, rows)
     assert [(f.kind, f.seq) for f in found] == [("projection_altered", 1)]

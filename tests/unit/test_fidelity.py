@@ -225,6 +225,17 @@ def test_a_seeded_record_is_still_only_controlled_live():
     assert "a seed was sent" in out["live_reexecution"]["missing_evidence"][0]["reason"]
 
 
+def test_a_seed_from_the_numeric_column_is_kept_exact_at_any_size():
+    from decimal import Decimal
+
+    big = 2**64 + 1  # beyond what a JSON number (an IEEE double, RFC 8785) holds exactly
+    for seed in (Decimal(big), big, str(big)):
+        out = analyze_record(_record(seed=seed))
+        got = out["live_reexecution"]["manifest"]["model"]["seed"]
+        assert got == {"state": "value", "value": str(big)}
+        json.dumps(out)  # JSON-ready: no Decimal left in the report
+
+
 def test_a_hash_only_record_cannot_reconstruct_its_input():
     out = analyze_record(_record(request_bytes=None))
     assert out["log_replay"]["level"] == out["live_reexecution"]["level"] == "unreplayable"

@@ -41,7 +41,7 @@ def test_params_drop_only_the_prompt_and_keep_the_order_sent():
     f = adapters.parse_request(OPENAI_CHAT, body)
     assert f.model_id == "m"
     assert f.params == '{"model":"m","seed":3,"top_p":1,"temperature":0}'
-    assert (f.seed, f.temperature, f.top_p) == (3, 0.0, 1.0)
+    assert (f.seed, f.temperature, f.top_p) == ("3", 0.0, 1.0)
 
     f = adapters.parse_request(ANTHROPIC_MESSAGES,
                                b'{"model":"c","system":"s","messages":[],"max_tokens":9}')
@@ -62,6 +62,16 @@ def test_replay_values_of_the_wrong_type_are_not_taken():
     f = adapters.parse_request(OPENAI_CHAT, b'{"seed":true,"temperature":"0.5","top_p":null}')
     assert (f.seed, f.temperature, f.top_p) == (None, None, None)
     assert adapters.parse_request(OPENAI_CHAT, b'{"seed":1.5}').seed is None
+    assert adapters.parse_request(OPENAI_CHAT, b'{"seed":false}').seed is None
+    assert adapters.parse_request(OPENAI_CHAT, b'{"seed":"7"}').seed is None
+
+
+@pytest.mark.parametrize("seed", ["0", "-1", "9223372036854775807", "9223372036854775808",
+                                  "18446744073709551616", "-9223372036854775809", "1" * 300])
+def test_an_integer_seed_of_any_size_is_kept_as_decimal_text(seed):
+    f = adapters.parse_request(OPENAI_CHAT, b'{"model":"m","seed":%s}' % seed.encode())
+    assert f.seed == seed
+    assert json.loads(f.params)["seed"] == int(seed)
 
 
 def _bytes(obj) -> bytes:

@@ -10,6 +10,7 @@ import pytest
 from evidence_client.capture import HASH_ONLY, VALUE, Exchange, build_event, decode_body
 from evidence_contract import decode, encode, new_event_id
 from tests.fakes.provider import chat_events
+from writer.core import Capture, validate
 
 REQ = b'{"model":"gpt-4o","messages":[{"role":"user","content":"q"}],"seed":1}'
 
@@ -28,8 +29,11 @@ def exchange(**kw) -> Exchange:
 
 def build(ex: Exchange) -> dict:
     event = build_event(ex, new_event_id(), "test/1", None)
-    name, back = decode(encode("CaptureEvent", event))
+    value = encode("CaptureEvent", event)
+    name, back = decode(value)
     assert name == "CaptureEvent" and back == event
+    # Every capture the gateway builds keeps the writer's rules of the contract.
+    assert isinstance(validate(value, ex.stream.encode(), 64 * 1024 * 1024), Capture)
     return event
 
 
@@ -41,8 +45,11 @@ def test_committed_whole_response():
     assert e["response_bytes"] == body and e["response_digest"] == sha(1, body)
     assert e["output_digest"] == sha(4, b"A")
     assert (e["fingerprint"], e["response_model"], e["model_id"]) == ("fp", "gpt-4o-x", "gpt-4o")
-    assert e["replay"]["deterministic"] is True
+    assert e["replay"]["deterministic"] is True and e["replay"]["seed"] == "1"
     assert e["request_bytes"] == REQ and e["error_bytes"] is None
+    assert (e["request_length"], e["response_length"]) == (len(REQ), len(body))
+    assert e["capture"]["truncated"] is False
+    assert (e["input_bytes"], e["prompt_bytes"], e["input_digest"], e["prompt_digest"]) == (None,) * 4
     assert e["captured_at"] == 2_000 and e["capture"]["started_at"] == 1_000
 
 
@@ -50,6 +57,7 @@ def test_no_response_is_unknown_with_the_exception():
     e = build(exchange(error="ConnectError: refused"))
     assert e["outcome"] == "UNKNOWN" and e["error_bytes"] == b"ConnectError: refused"
     assert e["http_status"] is None and e["response_bytes"] is None and e["response_digest"] is None
+    assert e["response_length"] is None and e["request_length"] == len(REQ)
 
 
 def test_http_error_is_failed_with_the_body():
@@ -82,14 +90,26 @@ def test_closed_early_unless_the_stream_was_already_complete():
 def test_hash_only_keeps_the_key_but_not_the_bytes():
     e = build(exchange(request_policy=HASH_ONLY, status=200, chunks=[b"{}"], eof=True))
     assert e["request_bytes"] is None and e["content_key"] == sha(0, REQ)
+    assert e["request_length"] == len(REQ) and e["response_length"] == 2
     assert e["capture"]["request_policy"] == HASH_ONLY
     assert e["model_id"] == "gpt-4o"
+
+
+def test_a_seed_beyond_64_bits_is_kept_as_decimal_text():
+    req = b'{"model":"gpt-4o","messages":[],"seed":18446744073709551616}'
+    e = build(exchange(request_bytes=req, content_key=sha(0, req), status=200, chunks=[b"{}"],
+                       eof=True))
+    assert e["replay"]["seed"] == "18446744073709551616" and e["replay"]["deterministic"] is True
+    no_seed = b'{"model":"gpt-4o","messages":[],"seed":true}'
+    e = build(exchange(request_bytes=no_seed, content_key=sha(0, no_seed), status=200,
+                       chunks=[b"{}"], eof=True))
+    assert e["replay"]["seed"] is None and e["replay"]["deterministic"] is False
 
 
 def test_gzip_bodies_are_recorded_as_the_application_reads_them():
     body = b'{"choices":[]}'
     e = build(exchange(status=200, chunks=[gzip.compress(body)], content_encoding="gzip", eof=True))
-    assert e["response_bytes"] == body
+    assert e["response_bytes"] == body and e["response_length"] == len(body)
     assert decode_body(b"x", None) == b"x"
     with pytest.raises(ValueError):
         decode_body(b"x", "br-unknown")

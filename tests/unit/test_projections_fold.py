@@ -144,6 +144,27 @@ def test_record_row_keeps_bytes_verbatim_and_matches_the_column_types():
     assert col["record_digest"] == rec.record_digest and col["prev_digest"] == GENESIS
 
 
+def test_record_row_carries_the_contract_2_fields():
+    from evidence_contract import GENESIS as G, encode, seal
+    from evidence_contract.vectors import committed_event, truncated_event
+
+    for body in (committed_event(), truncated_event()):
+        value = encode("EvidenceRecord", seal(body, 0, G, 1, {"writer_id": "w",
+                                                              "transactional_id": "t",
+                                                              "version": "v"}, 0, 0))
+        col = dict(zip(RECORD_COLUMNS, record_row(value, 0, 0)))
+        assert col["seed"] == int(body["replay"]["seed"]) and type(col["seed"]) is int
+        assert col["truncated"] is body["capture"]["truncated"]
+        assert (col["request_length"], col["response_length"]) == (
+            body["request_length"], body["response_length"])
+        assert (col["input_bytes"], col["prompt_bytes"]) == (body["input_bytes"],
+                                                             body["prompt_bytes"])
+        assert (col["input_digest"], col["prompt_digest"]) == (body["input_digest"],
+                                                               body["prompt_digest"])
+    assert RECORD_TYPES[RECORD_COLUMNS.index("seed")] == "numeric"
+    assert RECORD_COLUMNS[-1] == "record_bytes"
+
+
 @pytest.mark.parametrize("value", [b"", b"\xc3\x01", b"\xc3\x01" + b"\x00" * 8 + b"x"])
 def test_short_or_unknown_messages_are_undecodable(value):
     assert isinstance(decode_message(0, 0, value), Undecodable)

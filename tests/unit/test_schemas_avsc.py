@@ -1,21 +1,25 @@
 """The .avsc files themselves: rules they must keep, canonical forms and pinned fingerprints."""
 
 import json
+import re
 from pathlib import Path
 
+import avro.schema
 import pytest
 
 import evidence_contract as schemas
-from evidence_contract import SCHEMA_NAMES, fingerprint, parsing_canonical_form
+from evidence_contract import DIGEST_FIELDS, SCHEMA_NAMES, fingerprint, parsing_canonical_form
+from writer.reasons import Reason
 
 AVRO_DIR = Path(schemas.__file__).parent / "avro"
-NAMESPACE = "evidence.v1"
+NAMESPACE = "evidence.v2"
 
 # Changing a schema changes these, and with them every message header: do it on purpose.
+# Record contract 2.0 (1.0 was 6e9b9f33df6086e6, 90d30cf5699b4afc, 5cd190768a8d12ba).
 PINNED_FINGERPRINTS = {
-    "CaptureEvent": "6e9b9f33df6086e6",
-    "EvidenceRecord": "90d30cf5699b4afc",
-    "WriterHead": "5cd190768a8d12ba",
+    "CaptureEvent": "97daea93ce13a290",
+    "EvidenceRecord": "854b3d02a904fe84",
+    "WriterHead": "ad3c8382d0926d0e",
 }
 
 PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
@@ -61,26 +65,171 @@ def test_every_field_has_a_doc(name):
 
 
 @pytest.mark.parametrize("name", SCHEMA_NAMES)
-def test_namespace_and_digest_type(name):
+def test_namespace_and_no_fixed_types(name):
+    # Digests are plain bytes: a named Sha256 fixed used many times is what made Java and the
+    # Python avro package disagree on the canonical form (contract 1.0).
     schema = load(name)
     assert schema["namespace"] == NAMESPACE
-    for fixed in (n for n in walk(schema) if n.get("type") == "fixed"):
-        assert (fixed["name"], fixed["size"]) == ("Sha256", 32)
+    assert not [n for n in walk(schema) if n.get("type") == "fixed"]
+
+
+def _fields(node, prefix=""):
+    """Yield (path, field) for every field, ``name[]`` for the items of an array."""
+    for field in node["fields"]:
+        path = prefix + field["name"]
+        yield path, field
+        t = field["type"]
+        if isinstance(t, dict) and t.get("type") == "record":
+            yield from _fields(t, path + ".")
+        elif isinstance(t, dict) and t.get("type") == "array" and isinstance(t["items"], dict):
+            yield from _fields(t["items"], path + "[].")
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_digest_fields_are_32_byte_bytes_and_say_so(name):
+    fields = dict(_fields(load(name)))
+    documented = {p for p, f in fields.items() if "exactly 32 bytes" in f["doc"].lower()}
+    assert documented == set(DIGEST_FIELDS[name])
+    for path in DIGEST_FIELDS[name]:
+        assert fields[path]["type"] in ("bytes", ["null", "bytes"]), path
+        if fields[path]["type"] == "bytes":
+            assert fields[path]["doc"].startswith("Exactly 32 bytes"), path
+        else:
+            assert fields[path]["doc"].startswith("Null, or exactly 32 bytes"), path
+
+
+@pytest.mark.parametrize("path,prefix", [
+    ("content_key", "0x00"), ("response_digest", "0x01"), ("input_digest", "0x02"),
+    ("input_bytes", "0x02"), ("prompt_digest", "0x03"), ("prompt_bytes", "0x03"),
+    ("output_digest", "0x04"), ("retrieval[].chunk_digest", "0x06"),
+    ("retrieval[].chunk_bytes", "0x06"),
+])
+def test_digest_docs_name_their_domain_prefix(path, prefix):
+    assert f"sha256({prefix} ||" in dict(_fields(load("CaptureEvent")))[path]["doc"]
+
+
+def test_every_rejection_reason_is_documented_in_the_capture_schema():
+    # A producer in another language writes a valid capture from the schema alone.
+    text = (AVRO_DIR / "CaptureEvent.avsc").read_text("utf-8")
+    assert [r.value for r in Reason if r.value not in text] == []
+
+
+# Writer rules (record contract 2.0, section 5) and the fields whose docs must state them.
+WRITER_RULES = {
+    "schema_version": ["\"2.0\"", "UNSUPPORTED_VERSION"],
+    "event_id": ["UUIDv7", "lowercase", "absorbed", "BAD_EVENT_ID"],
+    "stream": ["[A-Za-z0-9._:-]{1,128}", "message key", "UTF-8", "KEY_MISMATCH", "BAD_STREAM_ID"],
+    "content_key": ["request_bytes", "DIGEST_MISMATCH"],
+    "request_bytes": ["VALUE", "truncated", "MISSING_FIELD", "BAD_TRUNCATION", "content_key",
+                      "request_length", "LENGTH_MISMATCH"],
+    "request_length": ["request_bytes", "LENGTH_MISMATCH", "always set"],
+    "input_digest": ["input_bytes", "MISSING_FIELD", "DIGEST_MISMATCH"],
+    "input_bytes": ["VALUE", "truncated", "input_digest", "BAD_TRUNCATION", "DIGEST_MISMATCH"],
+    "prompt_digest": ["prompt_bytes", "MISSING_FIELD", "DIGEST_MISMATCH"],
+    "prompt_bytes": ["VALUE", "truncated", "prompt_digest", "BAD_TRUNCATION", "DIGEST_MISMATCH"],
+    "retrieval[].chunk_digest": ["chunk_bytes", "DIGEST_MISMATCH", "BAD_DIGEST"],
+    "retrieval[].chunk_bytes": ["VALUE", "truncated", "chunk_digest", "BAD_TRUNCATION"],
+    "response_bytes": ["COMMITTED", "truncated", "MISSING_FIELD", "BAD_TRUNCATION",
+                       "response_digest", "DIGEST_MISMATCH", "response_length", "LENGTH_MISMATCH"],
+    "response_length": ["COMMITTED", "response_digest", "null", "LENGTH_MISMATCH"],
+    "response_digest": ["COMMITTED", "response_bytes", "MISSING_FIELD", "DIGEST_MISMATCH"],
+    "error_bytes": ["truncated", "65536", "BAD_TRUNCATION"],
+    "outcome": ["COMMITTED", "response_digest", "response_length", "response_bytes", "truncated"],
+    "replay.seed": ["decimal text", "2^63", "BAD_SEED"],
+    "replay.deterministic": ["seed", "BAD_SEED"],
+    "capture.truncated": ["max_verbatim_bytes", "request_bytes", "response_bytes", "input_bytes",
+                          "prompt_bytes", "chunk_bytes", "65536", "content_key",
+                          "response_digest", "output_digest", "length", "BAD_TRUNCATION"],
+}
+
+
+@pytest.mark.parametrize("path", sorted(WRITER_RULES))
+def test_field_docs_state_the_writer_rules(path):
+    doc = dict(_fields(load("CaptureEvent")))[path]["doc"]
+    assert [w for w in WRITER_RULES[path] if w not in doc] == []
+
+
+def test_capture_event_doc_states_the_record_wide_rules():
+    doc = load("CaptureEvent")["doc"]
+    for words in ("message key", "UNKNOWN_FINGERPRINT", "1.0", "byte for byte", "canonical",
+                  "re-encodes", "record_digest covers the re-encoded bytes", "exactly 32 bytes",
+                  "BAD_DIGEST"):
+        assert words in doc, words
 
 
 def test_capture_event_field_order():
     assert [f["name"] for f in load("CaptureEvent")["fields"]] == [
         "schema_version", "event_id", "stream", "captured_at", "content_key", "request_bytes",
-        "input_digest", "prompt_digest", "retrieval", "provider", "model_id", "params",
-        "fingerprint", "response_model", "http_status", "response_content_type",
-        "response_bytes", "response_digest", "output_digest", "error_bytes", "outcome",
-        "replay", "capture",
+        "request_length", "input_digest", "input_bytes", "prompt_digest", "prompt_bytes",
+        "retrieval", "provider", "model_id", "params", "fingerprint", "response_model",
+        "http_status", "response_content_type", "response_bytes", "response_length",
+        "response_digest", "output_digest", "error_bytes", "outcome", "replay", "capture",
     ]  # fmt: skip
+    fields = dict(_fields(load("CaptureEvent")))
+    assert [f["name"] for f in fields["retrieval"]["type"]["items"]["fields"]] == [
+        "doc_id", "doc_version", "chunk_digest", "chunk_bytes"]
+    assert [f["name"] for f in fields["capture"]["type"]["fields"]] == [
+        "library", "host", "request_policy", "streamed", "closed_early", "truncated",
+        "started_at", "duration_us"]
+    assert fields["replay.seed"]["type"] == ["null", "string"]
+    assert fields["request_length"]["type"] == "long"
+    assert fields["response_length"]["type"] == ["null", "long"]
+    assert fields["capture.truncated"]["type"] == "boolean"
 
 
 def test_evidence_record_has_body_first():
     # split_record relies on the body being a byte prefix of the record.
     assert [f["name"] for f in load("EvidenceRecord")["fields"]] == ["body", "seal"]
+
+
+def test_evidence_record_body_is_capture_event_inline():
+    # Self-contained: the body's type is CaptureEvent's full definition, not a name to resolve.
+    assert load("EvidenceRecord")["fields"][0]["type"] == load("CaptureEvent")
+
+
+def _named(canonical):
+    """(definitions, references) of named types in a canonical form, found independently."""
+    defined, referenced = [], []
+
+    def visit(node):
+        if isinstance(node, str):
+            if node not in PRIMITIVES:
+                referenced.append(node)
+        elif isinstance(node, list):
+            for branch in node:
+                visit(branch)
+        else:
+            if node["type"] in ("record", "enum", "fixed"):
+                defined.append(node["name"])
+            elif node["type"] == "array":
+                visit(node["items"])
+            else:
+                visit(node["type"])
+            for field in node.get("fields", ()):
+                visit(field["type"])
+
+    visit(json.loads(canonical))
+    return defined, referenced
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_no_named_type_appears_twice_in_the_canonical_form(name):
+    pcf = parsing_canonical_form(name)
+    defined, referenced = _named(pcf)
+    assert defined and referenced == [] and len(set(defined)) == len(defined)
+    # And textually: each full name occurs exactly once, at its definition.
+    names = re.findall(r'"(evidence\.v2\.[A-Za-z_][A-Za-z0-9_]*)"', pcf)
+    assert sorted(names) == sorted(defined)
+    assert pcf.count(f'"{NAMESPACE}.') == len(defined)
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_apache_avro_computes_the_same_canonical_form_and_fingerprint(name):
+    # The Python avro package expands repeated named types, Java/fastavro do not: with no
+    # repeats the two agree, which is the point of contract 2.0.
+    parsed = avro.schema.parse((AVRO_DIR / f"{name}.avsc").read_text("utf-8"))
+    assert parsed.canonical_form == parsing_canonical_form(name)
+    assert parsed.fingerprint("CRC-64-AVRO") == fingerprint(name)
 
 
 @pytest.mark.parametrize("name", SCHEMA_NAMES)
@@ -96,21 +245,22 @@ def _fullname(name, namespace):
     return name if "." in name else f"{namespace}.{name}"
 
 
-def _pcf(node, namespace, seen, defs):
+def _pcf(node, namespace, seen):
     if isinstance(node, list):
-        return "[" + ",".join(_pcf(n, namespace, seen, defs) for n in node) + "]"
+        return "[" + ",".join(_pcf(n, namespace, seen) for n in node) + "]"
     if isinstance(node, str):
         if node in PRIMITIVES:
             return f'"{node}"'
         full = _fullname(node, namespace)
-        if full in seen:
-            return f'"{full}"'
-        return _pcf(defs[full], namespace, seen, defs)  # a reference to another file's schema
+        assert full in seen, f"{full} is not defined in this file"
+        return f'"{full}"'
     kind = node["type"]
+    if isinstance(kind, (dict, list)):
+        return _pcf(kind, namespace, seen)
     if kind in PRIMITIVES:
         return f'"{kind}"'
     if kind == "array":
-        return '{"type":"array","items":' + _pcf(node["items"], namespace, seen, defs) + "}"
+        return '{"type":"array","items":' + _pcf(node["items"], namespace, seen) + "}"
     namespace = node.get("namespace", namespace)
     full = _fullname(node["name"], namespace)
     namespace = full.rsplit(".", 1)[0]
@@ -121,20 +271,20 @@ def _pcf(node, namespace, seen, defs):
     if kind == "fixed":
         return head + f',"size":{node["size"]}}}'
     fields = ",".join(
-        f'{{"name":"{f["name"]}","type":' + _pcf(f["type"], namespace, seen, defs) + "}" for f in node["fields"]
+        f'{{"name":"{f["name"]}","type":' + _pcf(f["type"], namespace, seen) + "}" for f in node["fields"]
     )
     return head + ',"fields":[' + fields + "]}"
 
 
 @pytest.mark.parametrize("name", SCHEMA_NAMES)
 def test_canonical_form_matches_an_independent_implementation(name):
-    defs = {f"{NAMESPACE}.{n}": load(n) for n in SCHEMA_NAMES}
-    assert parsing_canonical_form(name) == _pcf(load(name), None, set(), defs)
+    # Each file alone: no definitions from other files are needed (or allowed).
+    assert parsing_canonical_form(name) == _pcf(load(name), None, set())
 
 
 def test_evidence_record_canonical_form_embeds_capture_event():
     pcf = parsing_canonical_form("EvidenceRecord")
-    assert pcf.startswith('{"name":"evidence.v1.EvidenceRecord","type":"record","fields":[{"name":"body","type":')
+    assert pcf.startswith('{"name":"evidence.v2.EvidenceRecord","type":"record","fields":[{"name":"body","type":')
     assert parsing_canonical_form("CaptureEvent") in pcf
 
 

@@ -1,8 +1,12 @@
+import io
 import random
+import re
 
+import fastavro
 import pytest
 
 from evidence_contract import (
+    DIGEST_FIELDS,
     GENESIS,
     DecodeError,
     EncodeError,
@@ -10,11 +14,14 @@ from evidence_contract import (
     body_bytes,
     decode,
     encode,
+    encode_sealed,
     fingerprint,
     record_digest,
     seal,
     split_record,
+    wrong_size_digest,
 )
+from evidence_contract._avro import SCHEMAS
 from evidence_contract.vectors import committed_event, failed_event, sealed_records
 
 WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
@@ -29,29 +36,31 @@ HEAD = {
     "log_offset": None,
 }
 
-# Exact bytes, pinned: any change to the schemas or the codec shows up here.
+# Exact bytes, pinned: any change to the schemas or the codec shows up here. Record contract
+# 2.0: digests are Avro bytes (a 0x40 length, then 32 bytes), new fields, new fingerprints.
 GOLDEN_WRITER_HEAD = (
-    "c3015cd190768a8d12ba02730e000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-    "80dedaca88a8ec054830313766323265322d373962302d376363332d393863342d6463306330633037333938660600"
+    "c301ad3c8382d0926d0e02730e40000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e"
+    "1f80dedaca88a8ec054830313766323265322d373962302d376363332d393863342d6463306330633037333938"
+    "660600"
 )
 GOLDEN_FAILED_BODY = (
-    "06312e304830313766323265322d373962312d373030302d383030302d3030303030303030303030322a74656e"
-    "616e742d613a737570706f72742e63686174a0a9f3cb88a8ec05d5c31a4eeeb5dad4295b95021f441fb23dde46"
-    "158e14c7918e08541a38fa96490000000012616e7468726f7069634a68747470733a2f2f6170692e616e746872"
-    "6f7069632e636f6d2f76312f6d657373616765730214323032332d30362d3031022e636c617564652d332d352d"
-    "6861696b752d6c617465737402227b226d61785f746f6b656e73223a36347d000002da0602206170706c696361"
-    "74696f6e2f6a736f6e000000029a017b2274797065223a226572726f72222c226572726f72223a7b2274797065"
-    "223a22726174655f6c696d69745f6572726f72222c226d657373616765223a2252617465206c696d6974656422"
-    "7d7d020002666666666666e63f02cdccccccccccec3f003865766964656e63652d73746f72652d676174657761"
-    "792f302e312e300002010080e7d4cb88a8ec0502a0c21e"
+    "06322e304830313766323265322d373962312d373030302d383030302d3030303030303030303030322a74656e"
+    "616e742d613a737570706f72742e63686174a0a9f3cb88a8ec0540d5c31a4eeeb5dad4295b95021f441fb23dde"
+    "46158e14c7918e08541a38fa964900c601000000000012616e7468726f7069634a68747470733a2f2f6170692e"
+    "616e7468726f7069632e636f6d2f76312f6d657373616765730214323032332d30362d3031022e636c61756465"
+    "2d332d352d6861696b752d6c617465737402227b226d61785f746f6b656e73223a36347d000002da0602206170"
+    "706c69636174696f6e2f6a736f6e00000000029a017b2274797065223a226572726f72222c226572726f72223a"
+    "7b2274797065223a22726174655f6c696d69745f6572726f72222c226d657373616765223a2252617465206c69"
+    "6d69746564227d7d020002666666666666e63f02cdccccccccccec3f003865766964656e63652d73746f72652d"
+    "676174657761792f302e312e30000201000080e7d4cb88a8ec0502a0c21e"
 )
-GOLDEN_FAILED_CAPTURE = "c3016e9b9f33df6086e6" + GOLDEN_FAILED_BODY
+GOLDEN_FAILED_CAPTURE = "c30197daea93ce13a290" + GOLDEN_FAILED_BODY
 GOLDEN_SEQ2_RECORD = (
-    "c30190d30cf5699b4afc"
+    "c301854b3d02a904fe84"
     + GOLDEN_FAILED_BODY
-    + "04c0b6f9cb88a8ec05234073b8abd68d6a01d731bca1f0fa1282aca8075c358b629ee53f74a5786ebded898af3"
-    "a01a079eac94ecf2c8ee265ae5773a5636d1fbb83b144ecd3607b6cf107772697465722d302265766964656e63"
-    "652d7772697465722d300a302e312e300002"
+    + "04c0b6f9cb88a8ec05408b15a920c95001e51ec21fe77726d5e8a16fbbf5ec35d01bd4fbe06b247e38af402515"
+    "6e2bfb337b9675fc636ffcb5b9f029818898e587439daebff43492293339107772697465722d30226576696465"
+    "6e63652d7772697465722d300a302e312e300002"
 )
 
 
@@ -100,7 +109,12 @@ def test_round_trip_keeps_extreme_values():
     event["capture"]["started_at"] = 2**63 - 1
     event["replay"]["temperature"] = 1e-310  # subnormal double survives unchanged
     event["response_bytes"] = bytes(range(256)) * 64
-    event["retrieval"] = [{"doc_id": "\u00e9", "doc_version": None, "chunk_digest": bytes(32)}] * 3
+    event["response_length"] = 2**63 - 1
+    event["request_length"] = 0
+    event["retrieval"] = [{"doc_id": "\u00e9", "doc_version": None, "chunk_digest": bytes(32),
+                           "chunk_bytes": None}] * 3 + [
+        {"doc_id": "", "doc_version": "", "chunk_digest": b"\xff" * 32, "chunk_bytes": b""}]
+    event["replay"]["seed"] = "-" + "9" * 4300  # far beyond 64 bits: text, kept exactly
     assert decode(encode("CaptureEvent", event)) == ("CaptureEvent", event)
 
 
@@ -124,7 +138,7 @@ GOOD = encode("CaptureEvent", committed_event())
         (GOOD[: len(GOOD) // 2], "malformed"),
         (GOOD + b"\x00", "trailing"),
         (GOOD + b"garbage", "trailing"),
-        (_framed("WriterHead", b"\x02s\x0e" + b"\x00" * 31), "malformed"),
+        (_framed("WriterHead", b"\x02s\x0e\x40" + b"\x00" * 31), "malformed"),
         (_framed("CaptureEvent", b"\xff" * 40), "malformed"),
     ],
 )
@@ -168,7 +182,17 @@ def test_encode_rejects_missing_field(field):
     "change",
     [
         {"content_key": b"\x00" * 31},
+        {"content_key": b"\x00" * 33},
+        {"content_key": b""},
+        {"input_digest": b"\x00" * 64},
+        {"prompt_digest": b"\x00"},
+        {"response_digest": b"\x00" * 31},
+        {"output_digest": bytearray(16)},
+        {"retrieval": [{"doc_id": "d", "doc_version": None, "chunk_digest": b"\x00" * 20,
+                        "chunk_bytes": None}]},
         {"content_key": "00" * 32},
+        {"replay": {"seed": 42, "temperature": None, "top_p": None, "deterministic": True}},
+        {"request_length": None},
         {"http_status": 2**31},
         {"http_status": True},
         {"outcome": "MAYBE"},
@@ -179,6 +203,60 @@ def test_encode_rejects_missing_field(field):
 def test_encode_rejects_mismatched_record(change):
     with pytest.raises(EncodeError):
         encode("CaptureEvent", {**committed_event(), **change})
+
+
+@pytest.mark.parametrize("field,size", [("content_key", 31), ("response_digest", 0),
+                                        ("retrieval[0].chunk_digest", 33)])
+def test_encode_names_the_digest_of_the_wrong_size(field, size):
+    event = committed_event()
+    if field.startswith("retrieval"):
+        event["retrieval"] = [{**event["retrieval"][0], "chunk_digest": bytes(size)}]
+    else:
+        event[field] = bytes(size)
+    with pytest.raises(EncodeError, match=rf"{re.escape(field)} must be exactly 32 bytes, got {size}"):
+        encode("CaptureEvent", event)
+    assert wrong_size_digest("CaptureEvent", event).startswith(field)
+    assert wrong_size_digest("CaptureEvent", committed_event()) is None
+
+
+def _reframe(name, record):
+    """Encode ``record`` under ``name`` without the digest size check (a foreign producer)."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, SCHEMAS[name].parsed, record)
+    return b"\xc3\x01" + fingerprint(name) + out.getvalue()
+
+
+def test_decode_rejects_digests_of_the_wrong_size():
+    event = {**committed_event(), "output_digest": bytes(31)}
+    with pytest.raises(DecodeError, match="output_digest must be exactly 32 bytes"):
+        decode(_reframe("CaptureEvent", event))
+    record = sealed_records()[0]
+    bad_seal = {**record["seal"], "prev_digest": bytes(33)}
+    with pytest.raises(DecodeError, match="seal.prev_digest must be exactly 32 bytes"):
+        decode(_reframe("EvidenceRecord", {**record, "seal": bad_seal}))
+    bad_body = {**record["body"], "content_key": b""}
+    with pytest.raises(DecodeError, match="body.content_key must be exactly 32 bytes"):
+        split_record(_reframe("EvidenceRecord", {**record, "body": bad_body}))
+    with pytest.raises(DecodeError, match="record_digest must be exactly 32 bytes"):
+        decode(_reframe("WriterHead", {**HEAD, "record_digest": bytes(8)}))
+
+
+@pytest.mark.parametrize("name", ["prev_digest", "record_digest"])
+@pytest.mark.parametrize("bad", [bytes(31), bytes(33), b"", "00" * 32])
+def test_encode_sealed_refuses_digests_of_the_wrong_size(name, bad):
+    seal_ = {"seq": 1, "occurred_at": 1, "prev_digest": GENESIS, "record_digest": GENESIS,
+             "writer": WRITER, "intake_partition": 0, "intake_offset": 0, name: bad}
+    with pytest.raises(EncodeError, match=name):
+        encode_sealed(body_bytes(committed_event()), seal_)
+
+
+def test_digest_fields_cover_every_digest_of_every_schema():
+    assert DIGEST_FIELDS["CaptureEvent"] == (
+        "content_key", "input_digest", "prompt_digest", "retrieval[].chunk_digest",
+        "response_digest", "output_digest")
+    assert DIGEST_FIELDS["EvidenceRecord"] == tuple(
+        f"body.{f}" for f in DIGEST_FIELDS["CaptureEvent"]) + ("seal.prev_digest", "seal.record_digest")
+    assert DIGEST_FIELDS["WriterHead"] == ("record_digest",)
 
 
 def test_encode_rejects_nested_mismatch_and_non_dict():
@@ -194,7 +272,7 @@ def test_unknown_schema_name():
     with pytest.raises(ValueError, match="unknown schema"):
         encode("Nope", {})
     with pytest.raises(ValueError):
-        fingerprint("evidence.v1.CaptureEvent")
+        fingerprint("evidence.v2.CaptureEvent")
 
 
 @pytest.mark.parametrize("record", sealed_records())

@@ -5,6 +5,7 @@ import pytest
 
 from evidence_contract import (
     GENESIS,
+    chunk_digest,
     content_key,
     input_digest,
     output_digest,
@@ -18,6 +19,7 @@ BYTE_DIGESTS = [
     (response_digest, 0x01),
     (input_digest, 0x02),
     (prompt_digest, 0x03),
+    (chunk_digest, 0x06),
 ]
 SAMPLES = [b"", b"abc", bytes(range(256)), b"\x00" * 1000]
 
@@ -61,7 +63,7 @@ def test_same_bytes_differ_under_every_prefix():
     digests.add(output_digest(data.decode()))
     digests.add(record_digest(GENESIS, 0, 0, data))
     digests.add(hashlib.sha256(data).digest())  # and none equals the unprefixed hash
-    assert len(digests) == 7
+    assert len(digests) == 8
 
 
 @pytest.mark.parametrize("fn,_", BYTE_DIGESTS)

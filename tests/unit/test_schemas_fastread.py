@@ -19,19 +19,23 @@ from evidence_contract import (
     read_canonical_body,
 )
 from evidence_contract._fastread import compile_reader
-from evidence_contract.vectors import committed_event, failed_event
+from evidence_contract.vectors import committed_event, failed_event, truncated_event
 
 
 def _events():
     c, f = committed_event(), failed_event()
     yield c
     yield f
+    yield truncated_event()
     yield {**c, "retrieval": [
-        {"doc_id": "d", "doc_version": None, "chunk_digest": bytes(32)},
-        {"doc_id": "é" * 70, "doc_version": "v" * 200, "chunk_digest": bytes(range(32))}]}
-    yield {**c, "captured_at": -1, "http_status": -(1 << 31),
-           "replay": {"seed": (1 << 62) - 1, "temperature": -0.0, "top_p": 1e308, "deterministic": True}}
-    yield {**c, "response_bytes": bytes(range(256)) * 40, "params": "x" * 5000}
+        {"doc_id": "d", "doc_version": None, "chunk_digest": bytes(32), "chunk_bytes": None},
+        {"doc_id": "é" * 70, "doc_version": "v" * 200, "chunk_digest": bytes(range(32)),
+         "chunk_bytes": b"c" * 300}]}
+    yield {**c, "captured_at": -1, "http_status": -(1 << 31), "request_length": (1 << 62) - 1,
+           "response_length": 0,
+           "replay": {"seed": str(1 << 64), "temperature": -0.0, "top_p": 1e308, "deterministic": True}}
+    yield {**c, "response_bytes": bytes(range(256)) * 40, "response_length": 10240,
+           "params": "x" * 5000, "input_bytes": b"i" * 200, "prompt_bytes": bytes(range(256))}
 
 
 def _sound(data: bytes, start: int = HEADER_SIZE) -> None:
@@ -87,10 +91,10 @@ def test_boolean_bytes_other_than_0_and_1_are_not_canonical():
 
 
 def test_split_and_sized_array_blocks_are_not_canonical():
-    chunk = {"doc_id": "d", "doc_version": None, "chunk_digest": bytes(32)}
+    chunk = {"doc_id": "d", "doc_version": None, "chunk_digest": bytes(32), "chunk_bytes": None}
     event = {**committed_event(), "retrieval": [chunk, chunk]}
     data = encode("CaptureEvent", event)
-    item = b"\x02d\x00" + bytes(32)
+    item = b"\x02d\x00" + b"\x40" + bytes(32) + b"\x00"  # a digest is bytes: length 32 first
     one_block = b"\x04" + item + item + b"\x00"
     at = data.index(one_block)
     for blocks in (b"\x02" + item + b"\x02" + item + b"\x00",  # two blocks
@@ -98,6 +102,29 @@ def test_split_and_sized_array_blocks_are_not_canonical():
         bad = _splice(data, at, len(one_block), blocks)
         assert read_body(bad)[0] == read_body(data)[0]
         assert read_canonical_body(bad) is None
+
+
+def test_padded_digest_lengths_are_not_canonical():
+    # A digest's length (32, one byte 0x40) written as two bytes: same value, not canonical.
+    event = committed_event()
+    data = encode("CaptureEvent", event)
+    at = data.index(b"\x40" + event["content_key"])
+    padded = _splice(data, at, 1, b"\xc0\x00")
+    assert read_body(padded)[0] == read_body(data)[0]
+    assert read_canonical_body(padded) is None
+
+
+def test_the_new_fields_are_read_exactly():
+    event = truncated_event()
+    got = read_canonical_body(encode("CaptureEvent", event))
+    assert got is not None and got[0] == event
+    assert got[0]["replay"]["seed"] == "18446744073709551615"
+    assert got[0]["capture"]["truncated"] is True
+    assert (got[0]["request_length"], got[0]["response_length"]) == (
+        event["request_length"], event["response_length"])
+    assert all(type(d) is bytes and len(d) == 32 for d in
+               (got[0]["content_key"], got[0]["response_digest"],
+                got[0]["retrieval"][0]["chunk_digest"]))
 
 
 def test_ten_byte_varints_are_left_to_the_slow_path():

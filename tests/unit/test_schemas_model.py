@@ -6,7 +6,9 @@ import pytest
 import evidence_contract as schemas
 from evidence_contract import (
     GENESIS,
+    MAX_SEED_DIGITS,
     SCHEMA_VERSION,
+    SEED_RE,
     STREAM_ID_RE,
     SUPPORTED_SCHEMA_VERSIONS,
     EncodeError,
@@ -15,7 +17,9 @@ from evidence_contract import (
     now_micros,
     record_digest,
     seal,
+    seed_text,
     valid_event_id,
+    valid_seed,
     valid_stream_id,
 )
 from evidence_contract.vectors import committed_event
@@ -60,7 +64,30 @@ def test_invalid_stream_ids(s):
 
 
 def test_schema_versions():
-    assert SCHEMA_VERSION == "1.0" and SCHEMA_VERSION in SUPPORTED_SCHEMA_VERSIONS
+    assert SCHEMA_VERSION == "2.0" and SUPPORTED_SCHEMA_VERSIONS == {"2.0"}
+
+
+@pytest.mark.parametrize("s", ["0", "-0", "7", "-1", "42", "9223372036854775808", "-" + "9" * 4300,
+                               "1" + "0" * 4299])
+def test_valid_seeds(s):
+    assert valid_seed(s) and SEED_RE.fullmatch(s)
+
+
+@pytest.mark.parametrize("s", ["", "-", "+1", "01", "-01", "1.0", "1e3", " 1", "1\n", "0x10",
+                               "\u0661", "1" * (MAX_SEED_DIGITS + 1), 1, None, True])
+def test_invalid_seeds(s):
+    assert not valid_seed(s)
+
+
+@pytest.mark.parametrize("value,text", [(0, "0"), (-5, "-5"), (2**63, "9223372036854775808"),
+                                        (2**64 - 1, "18446744073709551615"), (True, None),
+                                        (False, None), (1.0, None), ("1", None), (None, None)])
+def test_seed_text(value, text):
+    assert seed_text(value) == text
+
+
+def test_seed_text_of_a_huge_int_is_none_rather_than_an_error():
+    assert seed_text(10 ** 5000) is None
 
 
 def test_seal_from_genesis_and_onwards():

@@ -8,7 +8,8 @@ from evidence_contract import decode, fingerprint, parsing_canonical_form, split
 from evidence_contract.vectors import PATH, build, main, render, to_jsonable
 
 VECTORS = json.loads(PATH.read_text("utf-8"))
-PREFIXES = {"content_key": 0, "response_digest": 1, "input_digest": 2, "prompt_digest": 3}
+PREFIXES = {"content_key": 0, "response_digest": 1, "input_digest": 2, "prompt_digest": 3,
+            "chunk_digest": 6}
 
 
 def test_file_is_what_the_code_computes_now():
@@ -62,6 +63,7 @@ def test_record_vectors_decode_to_their_json():
     assert names == [
         "capture_committed_value",
         "capture_failed_hash_only",
+        "capture_truncated_big_seed",
         "evidence_seq1_from_genesis",
         "evidence_seq2_chained",
     ]
@@ -71,6 +73,26 @@ def test_record_vectors_decode_to_their_json():
         assert schema_name == vector["schema"]
         assert to_jsonable(record) == vector["record"]
         assert encoded[10:].startswith(bytes.fromhex(vector["body_hex"]))
+
+
+def test_capture_vectors_keep_the_writer_rules():
+    from writer.core import Capture, validate
+
+    for vector in VECTORS["records"]:
+        if vector["schema"] == "CaptureEvent":
+            stream = vector["record"]["stream"].encode()
+            got = validate(bytes.fromhex(vector["encoded_hex"]), stream, 64 * 1024 * 1024)
+            assert isinstance(got, Capture) and not got.reencoded, (vector["name"], got)
+
+
+def test_vectors_show_the_new_fields():
+    by_name = {v["name"]: v["record"] for v in VECTORS["records"]}
+    committed, cut = by_name["capture_committed_value"], by_name["capture_truncated_big_seed"]
+    assert committed["replay"]["seed"] == "42" and committed["input_bytes"] == b"Say hi".hex()
+    assert committed["retrieval"][0]["chunk_bytes"] is not None
+    assert cut["capture"]["truncated"] is True and cut["request_bytes"] is None
+    assert cut["replay"]["seed"] == str(2**64 - 1)
+    assert cut["request_length"] > 0 and cut["response_length"] > 0
 
 
 def test_evidence_vectors_chain():

@@ -45,6 +45,13 @@ def test_deterministic_mismatch_says_to_rerun_against_the_same_model_version():
     assert "same model version (gpt-4o-mini-2024-07-18)" in r.reason
 
 
+def test_a_seed_from_the_numeric_column_is_named_exactly_at_any_size():
+    from decimal import Decimal
+
+    r = verify(original(seed=Decimal(2**64 + 1)), replayed_output="other")
+    assert f"seed {2**64 + 1})" in r.reason
+
+
 def test_deterministic_mismatch_without_a_recorded_model_says_so():
     r = verify(original(model_version=None), replayed_output="other")
     assert "same model version (not recorded)" in r.reason

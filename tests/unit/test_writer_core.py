@@ -11,15 +11,23 @@ import writer
 from evidence_contract import (
     GENESIS,
     body_bytes,
+    chunk_digest,
     content_key,
     encode,
     encode_sealed,
+    input_digest,
+    prompt_digest,
     record_digest,
     response_digest,
     split_record,
 )
-from evidence_contract.vectors import committed_event, failed_event
-from tests.fixtures.writer import encode_capture, make_capture
+from evidence_contract.vectors import committed_event, failed_event, truncated_event
+from tests.fixtures.writer import (
+    CONTRACT_1_CAPTURE,
+    encode_capture,
+    encode_raw_capture,
+    make_capture,
+)
 from topics import MIB
 from writer import Capture, DedupWindow, Duplicate, Head, Reason, Rejection, Sealed, Sealer, seal_capture, validate
 from writer.config import WriterConfig
@@ -48,16 +56,20 @@ def test_a_valid_capture_keeps_its_canonical_bytes():
 
 
 def test_vector_events_are_valid():
-    for e in (committed_event(), failed_event()):
+    for e in (committed_event(), failed_event(), truncated_event()):
         assert isinstance(validate(encode("CaptureEvent", e), e["stream"].encode(), MAX), Capture)
 
 
 def test_non_canonical_avro_is_reencoded():
     value = _v()
-    assert value[10] == 0x06  # len("1.0") zig-zag; 0x86 0x00 is the same number, over-long
+    assert value[10] == 0x06  # len("2.0") zig-zag; 0x86 0x00 is the same number, over-long
     odd = value[:10] + b"\x86\x00" + value[11:]
     c = validate(odd, S.encode(), MAX)
     assert isinstance(c, Capture) and c.reencoded and c.body == value[10:]
+    # The seal covers the re-encoded (canonical) bytes, not the intake bytes.
+    record, head = seal_capture(c, Head.genesis(S), 7, W, 0, 0)
+    stored, _ = split_record(record)
+    assert stored == value[10:] and head.digest == record_digest(GENESIS, 1, 7, value[10:])
 
 
 def _bad_cases():
@@ -76,7 +88,9 @@ def _bad_cases():
         (head, k, Reason.WRONG_SCHEMA),
         (good[:-3], k, Reason.TRUNCATED),
         (good + b"\x00", k, Reason.MALFORMED),
-        (_v(schema_version="2.0"), k, Reason.UNSUPPORTED_VERSION),
+        (_v(schema_version="1.0"), k, Reason.UNSUPPORTED_VERSION),
+        (_v(schema_version="3.0"), k, Reason.UNSUPPORTED_VERSION),
+        (CONTRACT_1_CAPTURE, k, Reason.UNKNOWN_FINGERPRINT),
         (encode_capture(make_capture("a b")), b"a b", Reason.BAD_STREAM_ID),
         (good, b"other", Reason.KEY_MISMATCH),
         (good, None, Reason.KEY_MISMATCH),
@@ -84,7 +98,8 @@ def _bad_cases():
         (_v(event_id="017F22E2-79B0-7CC3-98C4-DC0C0C07398F"), k, Reason.BAD_EVENT_ID),
         (_v(response_digest=bytes(32)), k, Reason.DIGEST_MISMATCH),
         (_v(content_key=content_key(b"something else")), k, Reason.DIGEST_MISMATCH),
-        (_v(response_bytes=None, response_digest=None), k, Reason.MISSING_FIELD),
+        (_v(response_bytes=None, response_digest=None, response_length=None), k,
+         Reason.MISSING_FIELD),
         (_v(response_digest=None), k, Reason.MISSING_FIELD),
         (_v(request_bytes=None), k, Reason.MISSING_FIELD),
         (_v(response=b"x" * (1 * MIB)), k, Reason.OVERSIZED),
@@ -111,8 +126,165 @@ def test_hash_only_capture_without_request_bytes_is_valid():
     assert isinstance(validate(encode_capture(e), S.encode(), MAX), Capture)
 
 
+# --- Record contract 2.0 rules ------------------------------------------------------------
+
+
+def _check(event, reason, *words):
+    r = validate(encode_raw_capture(event), event["stream"].encode(), MAX)
+    if reason is None:
+        assert isinstance(r, Capture), r
+        return
+    assert isinstance(r, Rejection) and r.reason is reason, r
+    for w in words:
+        assert w in r.text, (w, r.text)
+
+
+def _chunk(data=b"chunk text", digest=None, kept=True):
+    return {"doc_id": "kb/a", "doc_version": None,
+            "chunk_digest": chunk_digest(data) if digest is None else digest,
+            "chunk_bytes": data if kept else None}
+
+
+def _truncated(**kw):
+    e = make_capture(S, **kw)
+    e.update(request_bytes=None, response_bytes=None)
+    e["capture"] = {**e["capture"], "truncated": True}
+    return e
+
+
+@pytest.mark.parametrize("field,size", [
+    ("content_key", 31), ("content_key", 33), ("content_key", 0), ("input_digest", 16),
+    ("prompt_digest", 64), ("response_digest", 31), ("output_digest", 1),
+])
+def test_a_digest_of_the_wrong_length_is_rejected_naming_the_field(field, size):
+    e = make_capture(S)
+    e[field] = b"\x07" * size
+    _check(e, Reason.BAD_DIGEST, field, f"got {size} bytes")
+
+
+def test_a_chunk_digest_of_the_wrong_length_is_rejected_naming_the_chunk():
+    e = make_capture(S, retrieval=[_chunk(), _chunk(digest=b"\x01" * 31, kept=False)])
+    _check(e, Reason.BAD_DIGEST, "retrieval[1].chunk_digest", "got 31 bytes")
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"request_length": 5}, ("request_length is 5", "request_bytes")),
+    ({"response_length": 1}, ("response_length is 1", "response_bytes")),
+    ({"request_length": -1}, ("request_length is -1", "negative")),
+])
+def test_lengths_must_be_the_lengths_of_the_bytes_kept(change, words):
+    e = make_capture(S)
+    e.update(change)
+    _check(e, Reason.LENGTH_MISMATCH, *words)
+
+
+def test_lengths_are_checked_also_when_no_bytes_are_kept():
+    e = make_capture(S, request_bytes=None, request_length=-7)
+    e["capture"] = {**e["capture"], "request_policy": "HASH_ONLY"}
+    _check(e, Reason.LENGTH_MISMATCH, "negative")
+    _check({**e, "request_length": 12345}, None)  # the full body's length, bytes not kept
+    _check(_truncated(response_length=-1), Reason.LENGTH_MISMATCH, "response_length", "negative")
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"response_length": None}, ("response_length", "COMMITTED")),
+    ({"response_digest": None}, ("response_digest",)),
+])
+def test_committed_needs_the_response_digest_and_length(change, words):
+    e = make_capture(S)
+    e.update(change)
+    _check(e, Reason.MISSING_FIELD, *words)
+
+
+def test_response_length_is_null_exactly_when_there_is_no_response_body():
+    failed = make_capture(S, outcome="FAILED", response_bytes=None, response_digest=None,
+                          response_length=None, error_bytes=b"boom", http_status=500)
+    _check(failed, None)
+    _check({**failed, "response_length": 0}, Reason.MISSING_FIELD, "response_digest")
+    digest_only = {**failed, "response_digest": response_digest(b"x")}
+    _check(digest_only, Reason.MISSING_FIELD, "response_length")
+    _check({**digest_only, "response_length": 1}, None)
+
+
+def test_truncated_capture_needs_no_bodies_but_keeps_digests_and_lengths():
+    e = _truncated()
+    assert e["response_length"] and e["request_length"]
+    _check(e, None)  # COMMITTED and VALUE, yet neither body: allowed when truncated
+    _check({**e, "response_digest": None}, Reason.MISSING_FIELD, "response_digest")
+    _check({**e, "response_length": None}, Reason.MISSING_FIELD, "response_length")
+    # Not truncated, the same capture lacks what VALUE and COMMITTED keep.
+    untruncated = {**e, "capture": {**e["capture"], "truncated": False}}
+    _check(untruncated, Reason.MISSING_FIELD, "response_bytes")
+    _check({**untruncated, "response_bytes": b"x", "response_length": 1,
+            "response_digest": response_digest(b"x")}, Reason.MISSING_FIELD, "request_bytes")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("request_bytes", b"{}"), ("response_bytes", b"{}"), ("input_bytes", b"hi"),
+    ("prompt_bytes", b"hi"),
+])
+def test_truncated_capture_keeps_no_body(field, value):
+    e = _truncated(input_digest=input_digest(b"hi"), prompt_digest=prompt_digest(b"hi"))
+    e[field] = value
+    _check(e, Reason.BAD_TRUNCATION, field)
+
+
+def test_truncated_capture_keeps_no_chunk_bytes_and_at_most_64_kib_of_error():
+    _check(_truncated(retrieval=[_chunk(kept=False), _chunk()]), Reason.BAD_TRUNCATION,
+           "retrieval[1].chunk_bytes")
+    _check(_truncated(retrieval=[_chunk(kept=False)]), None)
+    failed = _truncated(outcome="UNKNOWN", response_digest=None, response_length=None)
+    _check({**failed, "error_bytes": b"e" * 65536}, None)
+    _check({**failed, "error_bytes": b"e" * 65537}, Reason.BAD_TRUNCATION, "error_bytes")
+
+
+def test_input_and_prompt_bytes_must_match_their_digests():
+    ok = make_capture(S, input_bytes=b"user said", input_digest=input_digest(b"user said"),
+                      prompt_bytes=b"rendered", prompt_digest=prompt_digest(b"rendered"))
+    _check(ok, None)
+    _check({**ok, "input_digest": input_digest(b"other")}, Reason.DIGEST_MISMATCH,
+           "input_digest")
+    _check({**ok, "prompt_digest": prompt_digest(b"other")}, Reason.DIGEST_MISMATCH,
+           "prompt_digest")
+    # Digests of another kind do not pass: the domain prefix differs.
+    _check({**ok, "input_digest": prompt_digest(b"user said")}, Reason.DIGEST_MISMATCH,
+           "input_digest")
+    _check({**ok, "input_digest": None}, Reason.MISSING_FIELD, "input_digest")
+    _check({**ok, "prompt_digest": None}, Reason.MISSING_FIELD, "prompt_digest")
+    # A digest without its bytes (HASH_ONLY, or not kept) is fine.
+    _check({**ok, "input_bytes": None, "prompt_bytes": None}, None)
+
+
+def test_chunk_bytes_must_match_their_chunk_digest():
+    _check(make_capture(S, retrieval=[_chunk(), _chunk(b"other chunk")]), None)
+    _check(make_capture(S, retrieval=[_chunk(), _chunk(b"x", digest=chunk_digest(b"y"))]),
+           Reason.DIGEST_MISMATCH, "retrieval[1].chunk_digest")
+    _check(make_capture(S, retrieval=[_chunk(b"x", digest=prompt_digest(b"x"))]),
+           Reason.DIGEST_MISMATCH, "retrieval[0].chunk_digest")
+    _check(make_capture(S, retrieval=[_chunk(b"x", digest=chunk_digest(b"y"), kept=False)]), None)
+
+
+@pytest.mark.parametrize("seed,deterministic,reason", [
+    ("42", True, None),
+    (str(2**64), True, None),
+    ("-" + "9" * 300, True, None),
+    (None, False, None),
+    ("42", False, Reason.BAD_SEED),
+    (None, True, Reason.BAD_SEED),
+    ("abc", True, Reason.BAD_SEED),
+    ("042", True, Reason.BAD_SEED),
+    ("4.2", True, Reason.BAD_SEED),
+    ("", True, Reason.BAD_SEED),
+    ("1" * 4301, True, Reason.BAD_SEED),
+])
+def test_seed_is_integer_decimal_text_and_decides_deterministic(seed, deterministic, reason):
+    e = make_capture(S, replay={"seed": seed, "temperature": None, "top_p": None,
+                                "deterministic": deterministic})
+    _check(e, reason, "replay.")
+
+
 def test_encode_sealed_is_byte_identical_to_encode():
-    for e in (committed_event(), failed_event()):
+    for e in (committed_event(), failed_event(), truncated_event()):
         seal = {"seq": 12345678901, "occurred_at": 1_700_000_000_000_000, "prev_digest": b"\x07" * 32,
                 "record_digest": b"\x09" * 32, "writer": {**W, "writer_id": "h\u00e9st:1"},
                 "intake_partition": 5, "intake_offset": 2**40}
