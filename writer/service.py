@@ -118,7 +118,7 @@ class WriterService:
             "enable.idempotence": True,
             "acks": "all",
             "transaction.timeout.ms": cfg.transaction_timeout_ms,
-            # librdkafka's default is 1 MB; a capture may be up to the topics' 16 MiB and a
+            # librdkafka's default is 1 MB; a capture may be up to the topics' 64 MiB and a
             # rejected message up to the rejected topic's limit. batch.size stays 1 MB so
             # small records are never batched past a topic's max.message.bytes.
             "message.max.bytes": cfg.topics.rejected_max_message_bytes + 64 * 1024,

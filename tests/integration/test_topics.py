@@ -31,7 +31,7 @@ def test_record_topic_is_never_compacted_and_never_expires(kafka_bootstrap, topi
     assert c["retention.ms"] == "-1"
     assert c["retention.bytes"] == "-1"
     assert c["unclean.leader.election.enable"] == "false"
-    assert c["max.message.bytes"] == str(16 * 1024 * 1024)
+    assert c["max.message.bytes"] == str(64 * 1024 * 1024)
 
 
 def test_other_topics_have_their_configs(kafka_bootstrap, topics):
