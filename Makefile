@@ -24,8 +24,10 @@ down:
 	@if [ -x $(PY) ]; then $(PY) -m devstack down $(if $(CLEAN),--clean); \
 	 else echo "nothing to stop: $(VENV) does not exist"; fi
 
-## test: the same set-up, then the whole suite against that real Kafka and PostgreSQL
+## test: the layer contract (.importlinter), the same set-up, then the whole suite against
+##       that real Kafka and PostgreSQL
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m devstack up
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -79,6 +79,11 @@ class IntakeProducer:
             "message.max.bytes": MESSAGE_MAX_BYTES,
             "message.timeout.ms": delivery_timeout_ms,
             "allow.auto.create.topics": False,
+            # Kafka's own (Java) partitioner: a stream keyed by its id lands on the same
+            # partition whichever client produced it. librdkafka's default (CRC32) would put
+            # the same stream on another partition than a Java or Go producer does, and the
+            # writer would then chain it twice.
+            "partitioner": "murmur2_random",
             "linger.ms": 5,
             # A local client: come back quickly after a broker restart.
             "reconnect.backoff.max.ms": 1000,

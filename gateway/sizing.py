@@ -20,11 +20,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from evidence_contract import TRUNCATED_ERROR_BYTES
+
 __all__ = ["DEFAULT_MAX_VERBATIM_BYTES", "ERROR_PREFIX_BYTES", "apply_size_policy",
            "body_size", "truncate"]
 
 DEFAULT_MAX_VERBATIM_BYTES = 48 * 1024 * 1024
-ERROR_PREFIX_BYTES = 64 * 1024
+ERROR_PREFIX_BYTES = TRUNCATED_ERROR_BYTES
+"""What a truncated capture keeps of ``error_bytes`` (the contract's limit)."""
 
 _BODIES = ("request_bytes", "response_bytes", "error_bytes", "input_bytes", "prompt_bytes")
 

@@ -13,6 +13,7 @@ import pytest
 import evidence_client
 from evidence_client import Chunk, Recorder, call_context
 from evidence_contract import split_record
+from evidence_contract.topics import partition_for
 from tests.fixtures.writer import read_all, verify_log, wait_for_count
 
 pytestmark = pytest.mark.integration
@@ -79,4 +80,7 @@ def test_one_recorder_many_streams_with_call_context(topics, run_writer, kafka_b
     assert by_stream["acme:tenant-c"][0]["body"]["input_digest"] is None
     assert read_all(kafka_bootstrap, topics.names.rejected) == []
     for m in read_all(kafka_bootstrap, topics.names.log):
-        assert m.key() == split_record(m.value())[1]["body"]["stream"].encode()
+        stream = split_record(m.value())[1]["body"]["stream"]
+        assert m.key() == stream.encode()
+        # the client partitions as Kafka's Java client does: murmur2 of the stream id
+        assert m.partition() == partition_for(stream, topics.partitions)
