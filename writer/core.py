@@ -44,6 +44,7 @@ from evidence_contract import (
     wrong_size_digest,
 )
 from evidence_contract.codec import MARKER
+from evidence_contract.chain import Head, Link, advance
 from writer.reasons import Reason
 
 __all__ = [
@@ -257,22 +258,6 @@ def _digest_mismatch(body: dict[str, Any]) -> str:
     return ""
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
-    """The last sealed record of a stream: what the next record chains from."""
-
-    stream: str
-    seq: int = 0
-    digest: bytes = GENESIS
-    occurred_at: int = 0
-    event_id: str = ""
-
-    @classmethod
-    def genesis(cls, stream: str) -> "Head":
-        """The head of an empty stream: seq 0, 32 zero bytes."""
-        return cls(stream)
-
-
 def encode_head(head: Head, log_partition: int) -> bytes:
     """Return the WriterHead message for ``head`` (the log offset is unknown inside a txn)."""
     return encode("WriterHead", {
@@ -307,7 +292,12 @@ def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str
         "record_digest": digest, "writer": writer,
         "intake_partition": intake_partition, "intake_offset": intake_offset,
     })
-    return record, Head(capture.stream, seq, digest, occurred_at, capture.event_id)
+    # The same chain step the projector and the auditor take over this record.
+    new_head, finding = advance(head, Link(capture.stream, seq, head.digest, digest, occurred_at,
+                                           capture.event_id))
+    if finding is not None:  # cannot happen: seq = head + 1 and prev = head's digest
+        raise AssertionError(f"the writer's own record does not chain: {finding.detail}")
+    return record, new_head
 
 
 class DedupWindow:
