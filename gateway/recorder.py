@@ -28,31 +28,36 @@ first, and deletes it. A Recorder that cannot start (spool root unusable, bad pr
 config) raises :class:`RecorderUnavailable` at each call made through its clients, rather than
 letting calls go unrecorded with a log line.
 
-Routing and order. Normally a capture is produced straight to Kafka ("direct"). The recorder
-becomes *degraded* when a direct delivery fails, the producer's queue is full, librdkafka
-reports all brokers down, or there are adopted orphans to resend. While degraded, new
-captures go to the spool, in order, except that while direct messages are still in flight
-they wait in memory (``held``): a direct message that later fails is appended to the spool
-when its callback runs, and it must land before anything captured after it. Callbacks of one
-partition arrive in produce order (idempotent producer), so when the in-flight count reaches
-zero the spool holds every failed direct message in order and ``held`` is appended after
-them. Adopted orphans are resent first, then the own spool, oldest first, one batch at a
-time; an entry is acknowledged (given up) only after Kafka acknowledged it. When all are
-empty the recorder goes back to direct.
+Durability and order. Every capture is written ahead: the sender thread appends it to the
+Recorder's own spool and fsyncs (one fsync per batch of captures: group commit) before the
+call that made it returns to the application (at most ``durable_timeout_ms``), and only then
+produces it. Kafka's acknowledgement gives it up: the spool's delivered prefix is
+acknowledged at most every 100 ms. So a process killed at any moment has lost no capture of
+a call that returned: its spool is an orphan that a live Recorder adopts and resends (a
+capture sent twice is absorbed by the writer, by event id). The spool is the one order of a
+Recorder's captures, and every send follows it.
+
+A direct delivery that fails with a retriable error, a full producer queue, or librdkafka
+reporting all brokers down makes the Recorder *degraded*: new captures then wait on disk only
+(their bytes are dropped from memory), and the oldest waiting ones are re-sent as one probe
+batch at a time, with backoff; when a probe gets through, everything waiting is sent. Adopted
+orphans are resent first, one batch at a time, and acknowledged only after Kafka acknowledged
+them; the own captures wait behind them, so a stream's earlier captures go first.
 
 Errors Kafka will never accept are not retried (``producer.classify``): a capture the cluster
 refuses as too large is truncated (bodies dropped, digests and lengths kept) and sent again;
 one refused for any other permanent reason goes to ``<spool root>/undeliverable/`` with its
 reason. Both are counted (``truncated``, ``undeliverable``) and logged with the event id.
 
-``close()`` delivers what it can within ``close_timeout``, then purges the producer (failed
-direct messages go to the spool), appends ``held``, and closes the spool: anything not
-acknowledged stays there, an orphan for the next Recorder on the same spool root.
+``close()`` delivers what it can within ``close_timeout``, then purges the producer and
+closes the spool: anything not acknowledged stays there, an orphan for the next Recorder on
+the same spool root; an empty spool is removed.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import queue
@@ -84,6 +89,8 @@ LIBRARY = f"evidence-store-client/{version('evidence-store-client')}"
 """``capture.library`` of every record this gateway makes."""
 
 _RESEND_BATCH = 500
+_TAKE_BATCH = 1000
+_ACK_INTERVAL_S = 0.1
 _BACKOFF_MIN, _BACKOFF_MAX = 0.2, 5.0
 _LIVE: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
 
@@ -109,15 +116,18 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 _COUNTERS = ("captured", "delivered", "spooled", "resent", "adopted", "truncated",
-             "undeliverable", "failed", "errors", "pending")
+             "undeliverable", "unspooled", "slow_durable", "failed", "errors", "pending")
 
 
 @dataclass
 class Metrics:
     """Counters of one Recorder. ``captured`` counts calls whose CaptureEvent was built;
-    each then ends up ``delivered`` (direct), ``spooled`` (and later ``resent``),
+    every capture is written to the spool before its call returns (``unspooled`` counts those
+    the disk refused), and each ends up ``delivered`` (at its first attempt), ``spooled`` (it
+    waited in the spool for Kafka) and later ``resent``,
     ``undeliverable`` (refused by Kafka for good, kept under ``undeliverable/``), or
-    ``failed`` (lost, logged with its event id). ``truncated`` counts captures sent without
+    ``failed`` (lost, logged with its event id). ``slow_durable`` counts calls that went on
+    before their capture was on disk (``durable_timeout_ms``). ``truncated`` counts captures sent without
     their bodies (size policy); ``adopted`` those of ``resent`` that came from the orphaned
     spools of other (ended) processes; ``errors`` capture-side failures kept away from the application; ``pending`` is
     the number of captures waiting in this Recorder's spools."""
@@ -129,6 +139,8 @@ class Metrics:
     adopted: int = 0
     truncated: int = 0
     undeliverable: int = 0
+    unspooled: int = 0
+    slow_durable: int = 0
     failed: int = 0
     errors: int = 0
     pending: int = 0
@@ -143,11 +155,48 @@ class Metrics:
             return {k: getattr(self, k) for k in _COUNTERS}
 
 
-@dataclass
-class _Entry:
+_PENDING, _INFLIGHT, _DONE = "pending", "inflight", "done"
+
+
+@dataclass(eq=False)
+class _Tracked:
+    """A capture of this Recorder, from its spool entry to its delivery."""
+
     event_id: str
     key: bytes
-    value: bytes
+    value: bytes | None  # None while it waits on disk only
+    spooled: bool = True
+    state: str = _PENDING
+    waited: bool = False  # not delivered at its first attempt: counted in metrics.spooled
+
+
+class Durable:
+    """The answer to "is my capture on disk yet?" for one call (see :meth:`Recorder.submit`).
+
+    :meth:`wait` blocks until the sender thread has fsync'd the capture to the spool, at most
+    ``timeout`` s; a capture still not on disk then is counted (``metrics.slow_durable``) and
+    the call goes on, its capture still queued."""
+
+    __slots__ = ("_event", "_timeout", "_metrics")
+
+    def __init__(self, timeout: float, metrics: "Metrics") -> None:
+        self._event = threading.Event()
+        self._timeout = timeout
+        self._metrics = metrics
+
+    def set(self) -> None:
+        self._event.set()
+
+    @property
+    def ready(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self) -> bool:
+        if self._event.wait(self._timeout):
+            return True
+        self._metrics.add("slow_durable")
+        log.warning("a capture was not on disk within %.1f s; the call goes on", self._timeout)
+        return False
 
 
 def _default_spool_root() -> Path:
@@ -183,6 +232,7 @@ class Recorder:
         max_block_ms: int = 1_000,
         max_pending: int = 100_000,
         max_verbatim_bytes: int = DEFAULT_MAX_VERBATIM_BYTES,
+        durable_timeout_ms: int = 5_000,
         orphan_scan_s: float = 10.0,
         close_timeout: float = 30.0,
         producer_config: dict[str, Any] | None = None,
@@ -199,7 +249,8 @@ class Recorder:
         prefix = topic_prefix or os.environ.get("EVIDENCE_TOPIC_PREFIX") or "evidence"
         for name, value in (("delivery_timeout_ms", delivery_timeout_ms),
                             ("max_block_ms", max_block_ms), ("max_pending", max_pending),
-                            ("max_verbatim_bytes", max_verbatim_bytes)):
+                            ("max_verbatim_bytes", max_verbatim_bytes),
+                            ("durable_timeout_ms", durable_timeout_ms)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, not {value!r}")
         if close_timeout < 0:
@@ -215,6 +266,7 @@ class Recorder:
         self.host = host
         self.max_block_ms = max_block_ms
         self.max_verbatim_bytes = max_verbatim_bytes
+        self.durable_timeout_ms = durable_timeout_ms
         self.orphan_scan_s = orphan_scan_s
         self.close_timeout = close_timeout
         self._close_timeout = close_timeout  # what the running close() was given
@@ -224,21 +276,28 @@ class Recorder:
         self._producer = IntakeProducer(bootstrap, delivery_timeout_ms=delivery_timeout_ms,
                                         config=producer_config)
         self._spool: Spool | None = None
-        self._queue: queue.Queue[Exchange] = queue.Queue(max_pending)
+        self._queue: queue.Queue[tuple[Exchange, Durable]] = queue.Queue(max_pending)
         self._state_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_error: BaseException | None = None
         self._stopping = threading.Event()
         self._closed = False
+        self._reset_sender_state()
+
+    def _reset_sender_state(self) -> None:
         # Owned by the sender thread only:
+        self._track: deque[_Tracked] = deque()
+        self._unspooled: deque[_Tracked] = deque()
         self._orphans: deque[Spool] = deque()
+        self._orphan_resend: tuple[Spool, list[Any], list[ProducerError | bool | None]] | None \
+            = None
+        self._probe: set[int] = set()
         self._next_scan = 0.0
         self._degraded = False
         self._inflight = 0
-        self._held: deque[_Entry] = deque()
-        self._resend: tuple[Spool, list[Any], list[ProducerError | bool | None]] | None = None
         self._backoff = _BACKOFF_MIN
         self._next_resend = 0.0
+        self._last_ack = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -277,7 +336,6 @@ class Recorder:
         # Captures of earlier processes go before this one's: resend them first.
         self._orphans = deque(claim_orphans(self.spool_dir, exclude=spool.directory))
         self._next_scan = time.monotonic() + self.orphan_scan_s
-        self._degraded = bool(self._orphans)
         self._update_pending()
         self._thread = threading.Thread(target=self._run, name="evidence-client-sender",
                                         daemon=True)
@@ -288,11 +346,7 @@ class Recorder:
         self._state_lock = threading.Lock()
         self._thread = None
         self._spool = None
-        self._orphans = deque()
-        self._held = deque()
-        self._inflight = 0
-        self._resend = None
-        self._degraded = False
+        self._reset_sender_state()
         self._queue = queue.Queue(self._queue.maxsize)
         self._producer = IntakeProducer(self.bootstrap_servers,
                                         delivery_timeout_ms=self._delivery_timeout_ms,
@@ -313,7 +367,7 @@ class Recorder:
         thread.join(self._close_timeout + 30)
         if thread.is_alive():
             log.error("gateway sender thread did not stop; %d captures may be in memory only",
-                      self._queue.qsize() + len(self._held) + self._inflight)
+                      self._queue.qsize() + len(self._unspooled))
         _LIVE.discard(self)
 
     def __enter__(self) -> "Recorder":
@@ -396,24 +450,37 @@ class Recorder:
         self.metrics.add("errors")
         log.error("capture failed; the application's call was not affected", exc_info=exc)
 
-    def submit(self, exchange: Exchange) -> None:
+    def submit(self, exchange: Exchange) -> Durable:
         """Hand a finished exchange to the sender thread. Never raises; waits at most
-        ``max_block_ms`` when ``max_pending`` captures are already waiting."""
+        ``max_block_ms`` when ``max_pending`` captures are already waiting. Returns the
+        capture's :class:`Durable`: waiting on it returns once the capture is on disk."""
+        durable = Durable(self.durable_timeout_ms / 1000, self.metrics)
         try:
             if self._thread is None:
                 self.start()
             if self._closed:
                 raise GatewayError("Recorder is closed")
-            self._queue.put(exchange, timeout=self.max_block_ms / 1000)
+            self._queue.put((exchange, durable), timeout=self.max_block_ms / 1000)
         except queue.Full:
             self.metrics.add("failed")
+            durable.set()
             log.error("capture dropped: %d captures already wait to be sent (max_pending); "
                       "content_key=%s", self._queue.maxsize, exchange.content_key.hex())
         except Exception as e:  # noqa: BLE001 - includes a start() failure
             self.metrics.add("failed")
+            durable.set()
             log.error("capture dropped (content_key=%s): %s", exchange.content_key.hex(), e)
+        return durable
 
     # -- sender thread ---------------------------------------------------------------------
+    #
+    # Write-ahead: every capture is appended to this Recorder's spool, and fsync'd, before
+    # the call that made it returns (group commit: one fsync per batch of captures), and only
+    # then produced. ``_track`` mirrors the spool's unacknowledged entries in order; an entry
+    # is acknowledged in the spool once it and every entry before it are delivered (or dealt
+    # with for good). So a crash at any point loses no capture whose call returned: the spool
+    # holds it until Kafka has it, and whoever adopts the spool resends it (the writer
+    # absorbs the duplicates a resend may make).
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -433,23 +500,29 @@ class Recorder:
         took = self._take_new()
         self._producer.poll(0 if took else idle_wait)
         self._after_callbacks()
+        self._ack(force=False)
         self._maybe_adopt()
-        self._maybe_resend()
+        if self._orphans or self._orphan_resend is not None:
+            self._resend_orphans()
+        else:
+            self._send_own()
 
     def _take_new(self) -> int:
-        n = 0
-        while n < 1000:
+        batch: list[tuple[Exchange, Durable]] = []
+        while len(batch) < _TAKE_BATCH:
             try:
-                ex = self._queue.get_nowait()
+                batch.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-            n += 1
-            entry = self._encode(ex)
-            if entry is not None:
-                self._route(entry)
-        return n
+        if not batch:
+            return 0
+        entries = [e for e in (self._encode(ex) for ex, _ in batch) if e is not None]
+        self._append(entries)
+        for _, durable in batch:
+            durable.set()
+        return len(batch)
 
-    def _encode(self, ex: Exchange) -> _Entry | None:
+    def _encode(self, ex: Exchange) -> _Tracked | None:
         event_id = new_event_id()
         try:
             event = build_event(ex, event_id, LIBRARY, self.host)
@@ -465,91 +538,182 @@ class Recorder:
             self.metrics.add("truncated")
             log.warning("capture %s is larger than max_verbatim_bytes=%d: sealed truncated "
                         "(digests and lengths only)", event_id, self.max_verbatim_bytes)
-        return _Entry(event_id, ex.stream.encode("utf-8"), value)
+        return _Tracked(event_id, ex.stream.encode("utf-8"), value)
 
-    def _route(self, entry: _Entry) -> None:
+    def _append(self, entries: list[_Tracked]) -> None:
+        """Make ``entries`` durable in the own spool (one fsync) and track them."""
+        if not entries:
+            return
+        assert self._spool is not None
+        try:
+            self._spool.append_many([(e.key, e.value) for e in entries])
+        except SpoolError:
+            # The disk refuses (full, gone): these captures can only be sent from memory.
+            self.metrics.add("unspooled", len(entries))
+            log.exception("spool write failed: %d captures are sent from memory only and are "
+                          "lost if this process dies first: %s", len(entries),
+                          ", ".join(e.event_id for e in entries))
+            for e in entries:
+                e.spooled = False
+                self._unspooled.append(e)
+            return
+        for e in entries:
+            if self._degraded:
+                e.value = None  # re-read from the spool when resent: memory stays bounded
+                e.waited = True
+            self._track.append(e)
+        if self._degraded:
+            self.metrics.add("spooled", len(entries))
+        self._update_pending()
+
+    def _healthy(self) -> bool:
         if self._producer.brokers_down or self._producer.fatal is not None:
             self._degraded = True
-        if not self._degraded:
-            try:
-                self._producer.produce(self.topic, entry.key, entry.value,
-                                       lambda err, e=entry: self._on_direct(e, err))
-                self._inflight += 1
-                return
-            except ProducerError as err:
-                if err.kind != RETRY:
-                    self._not_retried(entry, err)
-                    return
-                log.warning("capture %s goes to the spool: %s", entry.event_id, err)
-                self._degraded = True
-        if self._inflight > 0:
-            self._held.append(entry)  # after the in-flight ones, whatever their fate
-        else:
-            self._to_spool([entry])
+        return not self._degraded
 
-    def _on_direct(self, entry: _Entry, err: ProducerError | None) -> None:
+    def _send_own(self) -> None:
+        """Produce what is waiting in the own spool: everything while healthy; one probe
+        batch, with backoff, while degraded."""
+        while self._unspooled:  # never on disk: first, and whatever the state
+            self._produce(self._unspooled.popleft())
+        if self._healthy():
+            pending = list(itertools.islice((e for e in self._track if e.state == _PENDING),
+                                            _TAKE_BATCH))
+        elif self._inflight == 0 and time.monotonic() >= self._next_resend:
+            pending = [e for e in self._track if e.state == _PENDING][:_RESEND_BATCH]
+            if pending:
+                self._probe = {id(e) for e in pending}
+        else:
+            return
+        if not pending:
+            return
+        missing = [e for e in pending if e.value is None]
+        if missing:
+            self._reload(missing)
+        for e in pending:
+            if not self._produce(e):
+                break
+
+    def _reload(self, entries: list[_Tracked]) -> None:
+        """Read the values of tracked entries back from the spool (they align in order)."""
+        assert self._spool is not None
+        want = {id(e) for e in entries}
+        last = max(i for i, e in enumerate(self._track) if id(e) in want)
+        for e, item in zip(self._track, self._spool.peek(last + 1, max_bytes=1 << 62)):
+            if id(e) in want:
+                e.value = item.value
+
+    def _produce(self, e: _Tracked) -> bool:
+        """Produce one entry; False when the producer's queue is full (try again later)."""
+        assert e.value is not None
+        try:
+            self._producer.produce(self.topic, e.key, e.value,
+                                   lambda err, e=e: self._on_delivery(e, err))
+        except ProducerError as err:
+            if err.kind == RETRY:  # the local queue is full: the rest waits in the spool
+                self._degraded = True
+                if not e.spooled:
+                    self._unspooled.appendleft(e)
+                return False
+            self._not_retried(e, err)
+            return True
+        e.state = _INFLIGHT
+        self._inflight += 1
+        return True
+
+    def _on_delivery(self, e: _Tracked, err: ProducerError | None) -> None:
         self._inflight -= 1
+        probing = id(e) in self._probe
+        self._probe.discard(id(e))
         if err is None:
-            self.metrics.add("delivered")
+            e.state, e.value = _DONE, None
+            self.metrics.add("resent" if e.waited else "delivered")
+            if probing and not self._probe:
+                self._degraded, self._backoff = False, _BACKOFF_MIN  # the probe got through
             return
         if err.kind != RETRY:
-            self._not_retried(entry, err)
+            self._not_retried(e, err)
             return
-        log.warning("capture %s was not delivered (%s); spooling it", entry.event_id, err)
+        if not self._degraded or probing:
+            log.warning("capture %s was not delivered (%s); it waits in the spool, retried "
+                        "in %.1f s", e.event_id, err, self._backoff)
+            self._next_resend = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
+            self._probe.clear()
         self._degraded = True
-        self._to_spool([entry])
+        if not e.spooled:
+            self.metrics.add("failed")
+            log.error("capture %s is lost: Kafka failed it and it is not on disk (%s)",
+                      e.event_id, err)
+            e.state = _DONE
+            return
+        e.state, e.value = _PENDING, None
+        if not e.waited:
+            e.waited = True
+            self.metrics.add("spooled")
 
-    def _not_retried(self, entry: _Entry, err: ProducerError) -> None:
-        """Kafka will never take ``entry`` as it is: send it truncated, or keep it aside."""
-        if err.kind == TOO_LARGE:
-            smaller = self._truncated(entry)
+    def _not_retried(self, e: _Tracked, err: ProducerError) -> None:
+        """Kafka will never take ``e`` as it is: send it truncated, or keep it aside."""
+        e.state = _DONE
+        value, e.value = e.value, None
+        if value is None:
+            self._reload([e]) if e.spooled else None
+            value, e.value = e.value, None
+        if err.kind == TOO_LARGE and value is not None:
+            smaller = self._truncated(e.event_id, e.key, value)
             if smaller is not None:
                 self.metrics.add("truncated")
                 log.warning("capture %s is too large for Kafka (%s): resent truncated",
-                            entry.event_id, err)
-                self._route(smaller)
+                            e.event_id, err)
+                self._append([smaller])
                 return
         self.metrics.add("undeliverable")
         log.error("capture %s cannot be delivered and is kept under %s/undeliverable: %s",
-                  entry.event_id, self.spool_dir, err)
+                  e.event_id, self.spool_dir, err)
         try:
             assert self._spool is not None
             keep_undeliverable(self.spool_dir, self._spool.directory.name,
-                               [(entry.key, entry.value, f"{entry.event_id} {err}")])
+                               [(e.key, value or b"", f"{e.event_id} {err}")])
         except (SpoolError, OSError):
             self.metrics.add("failed")
-            log.exception("capture %s is lost: it cannot be kept aside either", entry.event_id)
+            log.exception("capture %s is lost: it cannot be kept aside either", e.event_id)
 
-    def _truncated(self, entry: _Entry) -> _Entry | None:
+    def _truncated(self, event_id: str, key: bytes, value: bytes) -> _Tracked | None:
         try:
-            _, event = decode(entry.value)
+            _, event = decode(value)
         except Exception:  # noqa: BLE001 - not ours to fix
             return None
         if event["capture"].get("truncated"):
             return None  # already as small as it gets
-        return _Entry(entry.event_id, entry.key, encode("CaptureEvent", truncate(event)))
+        return _Tracked(event_id, key, encode("CaptureEvent", truncate(event)))
 
     def _after_callbacks(self) -> None:
-        if self._inflight == 0 and self._held:
-            held, self._held = list(self._held), deque()
-            self._to_spool(held)
-        if self._producer.fatal is not None and self._inflight == 0 and self._resend is None:
+        if self._producer.fatal is not None and self._inflight == 0 \
+                and self._orphan_resend is None:
             self._replace_producer()
 
-    def _to_spool(self, entries: list[_Entry]) -> None:
-        try:
-            assert self._spool is not None
-            self._spool.append_many([(e.key, e.value) for e in entries])
-        except SpoolError:
-            self.metrics.add("failed", len(entries))
-            log.exception("spool write failed; %d captures are lost: %s", len(entries),
-                          ", ".join(e.event_id for e in entries))
+    def _ack(self, force: bool) -> None:
+        """Give up the spool's delivered prefix: at most every _ACK_INTERVAL_S (each ack is
+        an fsync'd HEAD update), or now when ``force``."""
+        done = 0
+        for e in self._track:
+            if e.state != _DONE:
+                break
+            done += 1
+        if not done:
             return
-        self.metrics.add("spooled", len(entries))
+        now = time.monotonic()
+        if not force and done < _RESEND_BATCH and now - self._last_ack < _ACK_INTERVAL_S:
+            return
+        assert self._spool is not None
+        self._spool.ack(done)
+        for _ in range(done):
+            self._track.popleft()
+        self._last_ack = now
         self._update_pending()
 
     def _update_pending(self) -> None:
-        own = len(self._spool) if self._spool is not None else 0
+        own = sum(1 for e in self._track if e.state != _DONE)
         self.metrics.pending = own + sum(len(o) for o in self._orphans)
 
     def _maybe_adopt(self) -> None:
@@ -561,56 +725,45 @@ class Recorder:
             log.warning("adopting %d orphaned spool(s) with %d captures: %s", len(found),
                         sum(map(len, found)), ", ".join(o.directory.name for o in found))
             self._orphans.extend(found)
-            self._degraded = True
             self._update_pending()
 
-    def _source(self) -> Spool:
-        """Where the next resend batch comes from: adopted orphans first, then our own."""
-        while self._orphans and len(self._orphans[0]) == 0:
-            self._orphans.popleft().remove()
-        assert self._spool is not None
-        return self._orphans[0] if self._orphans else self._spool
-
-    def _maybe_resend(self) -> None:
-        if self._resend is not None:
-            source, batch, results = self._resend
+    def _resend_orphans(self) -> None:
+        """Resend adopted spools oldest first, one batch at a time; this process's own
+        captures wait behind them, so a stream's earlier captures go first."""
+        if self._orphan_resend is not None:
+            source, batch, results = self._orphan_resend
             if any(r is None for r in results):
                 return
-            self._resend = None
+            self._orphan_resend = None
             done = 0
             failure: ProducerError | None = None
-            for i, r in enumerate(results):
+            for item, r in zip(batch, results):
                 if r is True:
                     done += 1
                 elif r.kind == RETRY:
                     failure = r
                     break
                 else:
-                    self._not_retried(_Entry(_event_id_of(batch[i].value), batch[i].key,
-                                             batch[i].value), r)
+                    self._not_retried(_Tracked(_event_id_of(item.value), item.key, item.value,
+                                               spooled=False), r)
                     done += 1  # dealt with for good: never retried
             if done:
                 source.ack(done)  # only now: Kafka has acknowledged (or refused) these
                 self.metrics.add("resent", done)
-                if source is not self._spool:
-                    self.metrics.add("adopted", done)
+                self.metrics.add("adopted", done)
                 self._update_pending()
             if failure is not None:
-                log.warning("resending the spool failed (%s); retrying in %.1f s", failure,
-                            self._backoff)
+                log.warning("resending an adopted spool failed (%s); retrying in %.1f s",
+                            failure, self._backoff)
                 self._next_resend = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
                 return
             self._backoff = _BACKOFF_MIN
-        if not self._degraded or self._inflight or self._held:
+        while self._orphans and len(self._orphans[0]) == 0:
+            self._orphans.popleft().remove()
+        if not self._orphans or time.monotonic() < self._next_resend:
             return
-        source = self._source()
-        if len(source) == 0:
-            if not self._producer.brokers_down:
-                self._degraded = False
-            return
-        if time.monotonic() < self._next_resend:
-            return
+        source = self._orphans[0]
         batch = source.peek(_RESEND_BATCH)
         results: list[ProducerError | bool | None] = [None] * len(batch)
 
@@ -627,7 +780,7 @@ class Recorder:
                     for j in range(i + 1, len(batch)):
                         results[j] = err
                     break
-        self._resend = (source, batch, results)
+        self._orphan_resend = (source, batch, results)
 
     def _replace_producer(self) -> None:
         log.error("Kafka producer failed fatally (%s); starting a new one", self._producer.fatal)
@@ -639,48 +792,57 @@ class Recorder:
         self._degraded = True
         old.close()
 
+    def _settled(self) -> bool:
+        return (self._queue.empty() and self._inflight == 0 and not self._unspooled
+                and self._orphan_resend is None
+                and (self.metrics.pending == 0 or self._next_resend > time.monotonic()))
+
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self._close_timeout
-        # 1. Route everything the application handed over, then keep delivering (direct and
-        #    spool) until nothing is pending or the time is up.
+        # 1. Take everything the application handed over (it is on disk then), and keep
+        #    delivering until nothing is pending or the time is up.
         while time.monotonic() < deadline:
             self._step(0.05)
-            if (self._queue.empty() and self._inflight == 0 and not self._held
-                    and self._resend is None
-                    and (self.metrics.pending == 0 or self._resend_failing())):
+            self._ack(force=True)
+            if self._settled():
                 break
         self._take_new()
         self._shutdown_quietly()
 
-    def _resend_failing(self) -> bool:
-        return self._next_resend > time.monotonic()
-
     def _shutdown_quietly(self) -> None:
-        # 2. Fail whatever is still queued or in flight in the producer: direct messages go
-        #    to the spool through their callbacks, an unfinished resend is simply not acked.
+        # 2. Fail whatever is still queued or in flight in the producer: those entries stay
+        #    unacknowledged in the spool.
         try:
             self._producer.purge()
             for _ in range(50):
                 self._producer.poll(0.02)
-                if self._inflight == 0 and (self._resend is None
-                                            or all(r is not None for r in self._resend[2])):
+                if self._inflight == 0 and (self._orphan_resend is None or all(
+                        r is not None for r in self._orphan_resend[2])):
                     break
         except Exception:  # noqa: BLE001
             log.exception("purging the producer failed")
-        self._resend = None
-        # 3. What waited behind in-flight messages goes after them, then the spools close:
-        #    an empty own spool is removed, anything left is an orphan for the next Recorder.
-        if self._held:
-            held, self._held = list(self._held), deque()
-            self._to_spool(held)
+        self._orphan_resend = None
+        # 3. Record what was delivered, then close the spools: an empty own spool is
+        #    removed, anything left is an orphan for the next Recorder on this root.
+        try:
+            self._ack(force=True)
+        except SpoolError:
+            log.exception("recording deliveries in the spool failed; they will be resent")
         if self._inflight:
-            log.error("%d direct captures got no delivery report at close", self._inflight)
+            log.error("%d captures got no delivery report at close; they stay in the spool",
+                      self._inflight)
         self._update_pending()
         for orphan in self._orphans:
-            orphan.remove() if len(orphan) == 0 else orphan.close()
+            if len(orphan) == 0:
+                orphan.remove()
+            else:
+                orphan.close()
         self._orphans.clear()
         if self._spool is not None:
-            self._spool.remove() if len(self._spool) == 0 else self._spool.close()
+            if len(self._spool) == 0:
+                self._spool.remove()
+            else:
+                self._spool.close()
         self._producer.close()
 
 

@@ -24,6 +24,7 @@ counted by the Recorder, and a failure inside this module falls back to the plai
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from types import ModuleType
@@ -54,8 +55,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Sink = Callable[[Exchange], None]
-"""Receives each finished exchange; must not raise (the transport guards it anyway)."""
+Sink = Callable[[Exchange], Any]
+"""Receives each finished exchange; must not raise (the transport guards it anyway). It may
+return a handle with ``ready`` and ``wait()``: the transport then waits until the capture is
+durable before the application sees the end of the response (or its error)."""
 
 Begin = Callable[[str | None], str]
 """Given the client's stream (or None), returns the call's stream; raises into the
@@ -85,6 +88,7 @@ class _Call:
         self._on_error = on_error
         self._t0 = time.monotonic()
         self._done = False
+        self._durable: Any = None
 
     def respond(self, response: Any) -> None:
         ex = self.exchange
@@ -109,9 +113,27 @@ class _Call:
             ex.error = _describe(error) if error is not None else None
             ex.finished_at = now_micros()
             ex.duration_us = int((time.monotonic() - self._t0) * 1_000_000)
-            self._sink(ex)
+            self._durable = self._sink(ex)
         except Exception as e:  # noqa: BLE001 - never into the application
             self._on_error(e)
+
+    def settle(self) -> None:
+        """Wait until the capture is durable (write-ahead: the call returns after it)."""
+        d = self._durable
+        if d is not None and not d.ready:
+            try:
+                d.wait()
+            except Exception as e:  # noqa: BLE001 - never into the application
+                self._on_error(e)
+
+    async def asettle(self) -> None:
+        """:meth:`settle` without blocking the event loop."""
+        d = self._durable
+        if d is not None and not d.ready:
+            try:
+                await asyncio.to_thread(d.wait)
+            except Exception as e:  # noqa: BLE001
+                self._on_error(e)
 
 
 def _begin(request: Any, body: bytes, stream: str, policy: str, sink: Sink,
@@ -146,12 +168,15 @@ class _Tee:
             raise  # the reader stopped; close() records it
         except BaseException as e:
             self._call.finish(error=e)
+            self._call.settle()
             raise
         self._call.finish(eof=True)
+        self._call.settle()
 
     def close(self) -> None:
         try:
             self._call.finish(closed=True)
+            self._call.settle()
         finally:
             self._inner.close()
 
@@ -171,12 +196,15 @@ class _AsyncTee:
             raise
         except BaseException as e:
             self._call.finish(error=e)
+            await self._call.asettle()
             raise
         self._call.finish(eof=True)
+        await self._call.asettle()
 
     async def aclose(self) -> None:
         try:
             self._call.finish(closed=True)
+            await self._call.asettle()
         finally:
             await self._inner.aclose()
 
@@ -229,6 +257,7 @@ class _SyncCapture(_Capture):
         except BaseException as e:
             if call is not None:
                 call.finish(error=e)
+                call.settle()
             raise
         return self._respond(call, response)
 
@@ -247,6 +276,7 @@ class _AsyncCapture(_Capture):
         except BaseException as e:
             if call is not None:
                 call.finish(error=e)
+                await call.asettle()
             raise
         return self._respond(call, response)
 

@@ -356,3 +356,49 @@ def test_call_context_is_digested_and_kept_per_policy(tmp_path, policy):
         ("kb/orders.md", "v3", sha(0x06, b"chunk one"), b"chunk one" if keep else None),
         ("kb/faq.md", None, sha(0x06, b"chunk two"), b"chunk two" if keep else None)]
     assert without["input_digest"] is None and without["retrieval"] == []
+
+
+class SilentProducer(FakeProducer):
+    """A broker that takes messages and never answers."""
+
+    def poll(self, timeout: float = 0.0) -> int:
+        time.sleep(min(timeout, 0.01))
+        return 0
+
+
+def test_a_call_returns_only_once_its_capture_is_on_disk(tmp_path):
+    r = _recorder(tmp_path, SilentProducer())
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    for i in range(20):
+        _call(client, b'{"n":%d}' % i)
+        # the call has returned: its capture is fsync'd in the spool, whatever Kafka does
+        assert len(scan(tmp_path / "spool")) == i + 1
+    assert r.metrics.snapshot()["delivered"] == 0
+    r.close(timeout=0.2)
+    assert len(scan(tmp_path / "spool")) == 20  # an orphan for the next Recorder
+
+
+def test_the_async_client_waits_for_the_disk_without_blocking_the_loop(tmp_path):
+    import asyncio
+
+    r = _recorder(tmp_path, SilentProducer())
+
+    async def main() -> int:
+        client = r.async_http_client(transport=httpx2.MockTransport(_handler))
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(ticker())
+        await asyncio.gather(*(client.post("https://api.openai.com/v1/chat/completions",
+                                           content=b'{"n":%d}' % i) for i in range(10)))
+        t.cancel()
+        return ticks
+
+    assert asyncio.run(main()) > 0
+    assert len(scan(tmp_path / "spool")) == 10
+    r.close(timeout=0.2)
