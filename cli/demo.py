@@ -1,7 +1,7 @@
 """``evidence demo``: the whole loop on the running stack, for a newcomer after ``make up``.
 
 1. record  three calls with the official openai SDK through a ``evidence_client.Recorder`` against
-           the bundled fake provider (``devstack.fake_provider``, on 127.0.0.1);
+           the fake provider of the checkout (``testing.fake_provider``, on 127.0.0.1);
 2. wait    until the writer has sealed them and the projector made them queryable (API);
 3. verify  ``POST /replay/verify``: the recorded output (MATCH), then another one (MISMATCH);
 4. replay  stop the provider and replay a call through ``evidence_client.Replayer``: the SDK gets
@@ -104,7 +104,11 @@ def _run(args: argparse.Namespace) -> int:
                         f"`make up` installs them, or: pip install openai") from e
     from cli.replay import _verdict
     from evidence_client import Recorder
-    from devstack.fake_provider import FakeProvider
+    try:
+        from testing.fake_provider import FakeProvider
+    except ImportError as e:
+        raise DemoError("the demo runs from a checkout of evidence-store: its fake provider "
+                        f"(testing/) is not part of the installed package ({e})") from e
 
     s = _settings(args)
     stream = args.stream

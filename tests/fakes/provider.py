@@ -1,11 +1,11 @@
-"""The fake model provider lives in the package (``evidence demo`` runs it too); the tests
-import it from here."""
+"""The fake model provider lives in ``testing/`` (``evidence demo`` runs it too, from a
+checkout); the tests import it from here."""
 
-from devstack.fake_provider import (  # noqa: F401 - re-exported
+from testing.fake_provider import (  # noqa: F401 - re-exported
     FINGERPRINT,
     RESPONSE_MODEL_SUFFIX,
     FakeProvider,
-    _response_obj,
+    response_obj,
     Seen,
     anthropic_body,
     anthropic_events,

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from evidence_client import ReplayError, Replayer, ReplayMiss
-from devstack.fake_provider import FakeProvider
+from tests.fakes.provider import FakeProvider
 
 pytestmark = pytest.mark.integration
 

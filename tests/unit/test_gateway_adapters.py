@@ -14,7 +14,7 @@ from tests.fakes.provider import (
     chat_body,
     chat_events,
     responses_events,
-    _response_obj,
+    response_obj as _response_obj,
 )
 
 

@@ -104,7 +104,7 @@ def chat_events(model: str, text: str) -> Iterator[bytes]:
     yield _sse("[DONE]")
 
 
-def _response_obj(model: str, text: str | None, status: str) -> dict[str, Any]:
+def response_obj(model: str, text: str | None, status: str) -> dict[str, Any]:
     output = [] if text is None else [
         {"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant",
          "content": [{"type": "output_text", "text": text, "annotations": []}]}]
@@ -132,7 +132,7 @@ def responses_events(model: str, text: str) -> Iterator[bytes]:
         return {"type": "output_text", "text": t, "annotations": []}
 
     # The full event sequence: the SDKs' stream helpers need the item and part events.
-    yield ev("response.created", response=_response_obj(model, None, "in_progress"))
+    yield ev("response.created", response=response_obj(model, None, "in_progress"))
     yield ev("response.output_item.added", output_index=0, item=item("in_progress", []))
     yield ev("response.content_part.added", item_id="msg_fake", output_index=0,
              content_index=0, part=part(""))
@@ -144,7 +144,7 @@ def responses_events(model: str, text: str) -> Iterator[bytes]:
     yield ev("response.content_part.done", item_id="msg_fake", output_index=0,
              content_index=0, part=part(text))
     yield ev("response.output_item.done", output_index=0, item=item("completed", [part(text)]))
-    yield ev("response.completed", response=_response_obj(model, text, "completed"))
+    yield ev("response.completed", response=response_obj(model, text, "completed"))
 
 
 def anthropic_body(model: str, text: str) -> dict[str, Any]:
@@ -275,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
             events = lambda t: chat_events(model, t)  # noqa: E731
         elif path.endswith("/responses"):
             kind = "openai"
-            whole = lambda t: _response_obj(model, t, "completed")  # noqa: E731
+            whole = lambda t: response_obj(model, t, "completed")  # noqa: E731
             events = lambda t: responses_events(model, t)  # noqa: E731
         elif path.endswith("/messages"):
             kind = "anthropic"
