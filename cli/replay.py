@@ -86,6 +86,14 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return "name the record: --stream S --seq N, or --event-id E"
     if args.seq is not None and args.seq < 1:
         return f"--seq must be 1 or more, got {args.seq}"
+    if args.output is not None:
+        try:
+            args.output.encode("utf-8")
+        except UnicodeEncodeError as e:
+            # argv bytes that are not UTF-8 reach Python as lone surrogates (PEP 383)
+            bad = args.output[e.start:e.end].encode("utf-8", "surrogateescape")
+            return (f"--output is not UTF-8 text (byte {bad.hex()} at character {e.start}); "
+                    f"pass the exact bytes with --output-file F or --response-file F")
     given = [n for n in ("output", "output_file", "response_file") if getattr(args, n) is not None]
     if len(given) != 1:
         which = "neither" if not given else "more than one"
