@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 __all__ = ["ProjectorMetrics"]
@@ -21,7 +23,9 @@ class ProjectorMetrics:
             buckets=(.002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10), registry=r)
         self.lag = Gauge("evidence_projector_lag", "Log offsets not yet projected", registry=r)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve /metrics on ``port``; 0 means no endpoint."""
+    def serve(self, port: int, addr: str | None = None) -> None:
+        """Serve /metrics on ``port`` (0: no endpoint), on ``addr``: by default
+        ``$EVIDENCE_METRICS_HOST`` or 127.0.0.1 — loopback unless exposing it is asked for."""
         if port:
-            start_http_server(port, addr=addr, registry=self.registry)
+            host = addr or os.environ.get("EVIDENCE_METRICS_HOST") or "127.0.0.1"
+            start_http_server(port, addr=host, registry=self.registry)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 __all__ = ["WriterMetrics"]
@@ -30,7 +32,9 @@ class WriterMetrics:
             "evidence_writer_batch_size", "Intake messages per transaction",
             buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000), registry=r)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve /metrics on ``port``; 0 means no endpoint."""
+    def serve(self, port: int, addr: str | None = None) -> None:
+        """Serve /metrics on ``port`` (0: no endpoint), on ``addr``: by default
+        ``$EVIDENCE_METRICS_HOST`` or 127.0.0.1 — loopback unless exposing it is asked for."""
         if port:
-            start_http_server(port, addr=addr, registry=self.registry)
+            host = addr or os.environ.get("EVIDENCE_METRICS_HOST") or "127.0.0.1"
+            start_http_server(port, addr=host, registry=self.registry)
