@@ -4,7 +4,7 @@
 - :class:`Settings` — configuration from the environment (:mod:`api.config`).
 - :func:`verify`, :class:`Original`, :class:`VerifyResult` — replay verification (pure).
 - :class:`Keyring`, :class:`Scope`, :class:`ApiKey` — API keys and their streams (pure).
-- Errors: :class:`ApiError` and its subclasses, :class:`ConfigError` (:mod:`api.errors`).
+- Errors: :class:`ApiError` and its subclasses, :class:`ApiConfigError` (:mod:`api.errors`).
 
 The pure modules are imported here; the app (FastAPI, psycopg) only on first use of
 ``create_app``/``app_from_env`` (PEP 562), so ``evidence <anything>``, which imports
@@ -17,13 +17,13 @@ from typing import Any
 
 from .auth import ApiKey, Keyring, Scope
 from .config import Settings
-from .errors import ApiError, ConfigError, InvalidRequest, NotFound, Unauthorized, Unavailable
+from .errors import ApiError, ApiConfigError, InvalidRequest, NotFound, Unauthorized, Unavailable
 from .verify import Original, VerifyResult, verify
 
 __all__ = [
     "ApiError",
     "ApiKey",
-    "ConfigError",
+    "ApiConfigError",
     "InvalidRequest",
     "Keyring",
     "NotFound",

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from evidence_contract import STREAM_ID_RE
 
-from .errors import ConfigError
+from .errors import ApiConfigError
 
 __all__ = ["ApiKey", "Keyring", "Scope", "parse_patterns"]
 
@@ -71,18 +71,18 @@ def parse_patterns(value: str | Iterable[Any], where: str) -> tuple[str, ...]:
     patterns = []
     for item in items:
         if not isinstance(item, str):
-            raise ConfigError(f"{where}: stream patterns must be strings, got {item!r}")
+            raise ApiConfigError(f"{where}: stream patterns must be strings, got {item!r}")
         p = item.strip()
         if not p:
             continue
         body = p[:-1] if p.endswith("*") else p
         if p != "*" and (not body or not STREAM_ID_RE.fullmatch(body)):
-            raise ConfigError(
+            raise ApiConfigError(
                 f"{where}: {p!r} is not a stream pattern; use an exact stream id, a prefix "
                 f"ending in '*' such as 'acme:*', or '*' for every stream")
         patterns.append(p)
     if not patterns:
-        raise ConfigError(f"{where}: no stream patterns; give at least one (e.g. 'acme:*', "
+        raise ApiConfigError(f"{where}: no stream patterns; give at least one (e.g. 'acme:*', "
                           f"or '*' for every stream)")
     return tuple(patterns)
 
@@ -96,10 +96,10 @@ class Keyring:
         seen: dict[bytes, str] = {}
         for name, key, patterns in keys:
             if not isinstance(key, str) or not key:
-                raise ConfigError(f"API key {name!r}: the key must be a non-empty string")
+                raise ApiConfigError(f"API key {name!r}: the key must be a non-empty string")
             d = _digest(key)
             if d in seen:
-                raise ConfigError(f"API keys {seen[d]!r} and {name!r} are the same key; "
+                raise ApiConfigError(f"API keys {seen[d]!r} and {name!r} are the same key; "
                                   f"give each key one entry")
             seen[d] = name
             entries.append(ApiKey(name, d, Scope.of(patterns)))

@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="port (default $EVIDENCE_API_PORT, else 8000)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn log level (default info)")
+                   help="log level of the API and uvicorn (default info); lines are JSON")
     p.add_argument("--access-log", action="store_true",
                    help="log every request (off by default; /metrics counts them)")
     p.epilog = ("Configuration comes from the environment (`source .stack/env`): "
@@ -26,16 +26,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-
     import uvicorn
+
+    from server.logs import configure
 
     from .app import create_app
     from .config import Settings
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(Settings.from_env())  # a ConfigError says what to set; exits 1
+    configure(args.log_level)
+    app = create_app(Settings.from_env())  # an ApiConfigError says what to set; exits 1
+    # log_config=None: uvicorn keeps its loggers but adds no handlers of its own, so its
+    # lines reach the root handler above and come out as the same JSON lines.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.access_log, server_header=False)
+                access_log=args.access_log, server_header=False, log_config=None)
     return 0

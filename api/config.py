@@ -11,7 +11,7 @@
     EVIDENCE_API_STATEMENT_TIMEOUT_MS  per-query limit in PostgreSQL (default 5000)
 
 At least one key must be configured: an API that nobody can call is a configuration mistake,
-and :class:`~api.errors.ConfigError` says how to fix it.
+and :class:`~api.errors.ApiConfigError` says how to fix it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .auth import Keyring, parse_patterns
-from .errors import ConfigError
+from .errors import ApiConfigError
 
 __all__ = ["Settings", "load_keyring"]
 
@@ -38,14 +38,14 @@ def load_keyring(env: Mapping[str, str]) -> Keyring:
     if dev_key:
         streams = env.get("EVIDENCE_API_KEY_STREAMS")
         if streams is None:
-            raise ConfigError("EVIDENCE_API_KEY is set but EVIDENCE_API_KEY_STREAMS is not; "
+            raise ApiConfigError("EVIDENCE_API_KEY is set but EVIDENCE_API_KEY_STREAMS is not; "
                               "set it to the streams the key may read, e.g. 'acme:*' or '*'")
         entries.append(("dev", dev_key, parse_patterns(streams, "EVIDENCE_API_KEY_STREAMS")))
     path = env.get("EVIDENCE_API_KEYS_FILE", "")
     if path:
         entries += _read_keys_file(Path(path))
     if not entries:
-        raise ConfigError("no API key configured: set EVIDENCE_API_KEY and "
+        raise ApiConfigError("no API key configured: set EVIDENCE_API_KEY and "
                           "EVIDENCE_API_KEY_STREAMS, or EVIDENCE_API_KEYS_FILE")
     return Keyring(entries)
 
@@ -54,29 +54,29 @@ def _read_keys_file(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise ConfigError(f"EVIDENCE_API_KEYS_FILE {path}: cannot read it: {e.strerror}") from e
+        raise ApiConfigError(f"EVIDENCE_API_KEYS_FILE {path}: cannot read it: {e.strerror}") from e
     except (UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"EVIDENCE_API_KEYS_FILE {path}: not JSON: {e}") from e
+        raise ApiConfigError(f"EVIDENCE_API_KEYS_FILE {path}: not JSON: {e}") from e
     if not isinstance(data, list):
-        raise ConfigError(f'EVIDENCE_API_KEYS_FILE {path}: expected a JSON list of '
+        raise ApiConfigError(f'EVIDENCE_API_KEYS_FILE {path}: expected a JSON list of '
                           f'{{"key": ..., "streams": [...], "name": ...}}')
     entries = []
     for i, item in enumerate(data):
         where = f"EVIDENCE_API_KEYS_FILE {path} entry {i}"
         if not isinstance(item, dict):
-            raise ConfigError(f"{where}: expected an object with key, streams and name")
+            raise ApiConfigError(f"{where}: expected an object with key, streams and name")
         unknown = set(item) - {"key", "streams", "name"}
         if unknown:
-            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; "
+            raise ApiConfigError(f"{where}: unknown field(s) {sorted(unknown)}; "
                               f"allowed are key, streams, name")
         key, streams = item.get("key"), item.get("streams")
         name = item.get("name", f"key-{i}")
         if not isinstance(key, str) or not key:
-            raise ConfigError(f"{where}: 'key' must be a non-empty string")
+            raise ApiConfigError(f"{where}: 'key' must be a non-empty string")
         if not isinstance(name, str) or not name:
-            raise ConfigError(f"{where}: 'name' must be a non-empty string")
+            raise ApiConfigError(f"{where}: 'name' must be a non-empty string")
         if not isinstance(streams, list):
-            raise ConfigError(f"{where}: 'streams' must be a list of stream patterns")
+            raise ApiConfigError(f"{where}: 'streams' must be a list of stream patterns")
         entries.append((name, key, parse_patterns(streams, where)))
     return entries
 
@@ -88,9 +88,9 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+        raise ApiConfigError(f"{name}={raw!r} is not an integer") from None
     if value < low:
-        raise ConfigError(f"{name}={value} must be at least {low}")
+        raise ApiConfigError(f"{name}={value} must be at least {low}")
     return value
 
 
@@ -99,9 +99,9 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(raw) if raw else default
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
+        raise ApiConfigError(f"{name}={raw!r} is not a number") from None
     if not value > 0:
-        raise ConfigError(f"{name}={raw!r} must be positive")
+        raise ApiConfigError(f"{name}={raw!r} must be positive")
     return value
 
 
@@ -118,10 +118,10 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not _SCHEMA_RE.fullmatch(self.views_schema):
-            raise ConfigError(f"views schema {self.views_schema!r} is not a plain lowercase "
+            raise ApiConfigError(f"views schema {self.views_schema!r} is not a plain lowercase "
                               f"PostgreSQL identifier (letters, digits, underscore)")
         if not 1 <= self.pool_min <= self.pool_max:
-            raise ConfigError(f"pool sizes must satisfy 1 <= min ({self.pool_min}) "
+            raise ApiConfigError(f"pool sizes must satisfy 1 <= min ({self.pool_min}) "
                               f"<= max ({self.pool_max})")
 
     @classmethod
@@ -129,7 +129,7 @@ class Settings:
         env = os.environ if env is None else env
         url = env.get("EVIDENCE_DATABASE_URL", "")
         if not url:
-            raise ConfigError("EVIDENCE_DATABASE_URL is not set; `make up` writes it to "
+            raise ApiConfigError("EVIDENCE_DATABASE_URL is not set; `make up` writes it to "
                               ".stack/env (source that file)")
         pool_min = _int(env, "EVIDENCE_API_POOL_MIN", 2, low=1)
         return cls(

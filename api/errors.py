@@ -6,7 +6,7 @@
         ├── NotFound           404 not_found      absent, or outside the key's streams
         ├── InvalidRequest     422 invalid_request malformed path, query or body
         └── Unavailable        503 unavailable    the database cannot answer (Retry-After)
-    ConfigError                bad settings at start-up (never an HTTP answer)
+    ApiConfigError                bad settings at start-up (never an HTTP answer)
 
 Every error body is ``{"error": <code>, "message": <human text>}``; clients branch on
 ``error``, people read ``message``. Database errors become :class:`Unavailable` in exactly one
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from evidence_contract import EvidenceError
 
-__all__ = ["ApiError", "ConfigError", "InvalidRequest", "NotFound", "Unauthorized", "Unavailable"]
+__all__ = ["ApiError", "ApiConfigError", "InvalidRequest", "NotFound", "Unauthorized", "Unavailable"]
 
 
 class ApiError(EvidenceError):
@@ -57,5 +57,5 @@ class Unavailable(ApiError):
         super().__init__(message, {"Retry-After": str(retry_after)})
 
 
-class ConfigError(EvidenceError):
+class ApiConfigError(EvidenceError):
     """Settings are missing or malformed; the message says which and how to fix it."""

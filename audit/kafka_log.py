@@ -1,7 +1,8 @@
 """Reading the log and the writer's heads straight from Kafka (the audit's only Kafka module).
 
 The audit never trusts the projections for the chain: it reads ``<prefix>.log`` itself,
-read_committed, from offset 0 of every partition to the end it finds when it starts.
+read_committed, from offset 0 of every partition to the end it finds when it starts. Kafka
+client errors become :class:`~audit.errors.AuditKafkaError` by :mod:`server.kafka`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Callable, Iterator, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from audit.errors import AuditError
+from audit.errors import AuditError, AuditKafkaError
 from evidence_contract import DecodeError, decode
+from server.kafka import translate, translate_exception
 
 
 def _consumer(bootstrap: str) -> Consumer:
@@ -77,7 +79,7 @@ def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
                         reached[m.partition()] = max(reached[m.partition()],
                                                      min(m.offset(), ends[m.partition()]))
                         continue
-                    raise AuditError(f"reading {topic}: {err}") from KafkaException(err)
+                    raise translate(err, f"reading {topic}", AuditKafkaError) from KafkaException(err)
                 last_progress = time.monotonic()
                 p, o = m.partition(), m.offset()
                 if o >= ends[p]:  # appended after the read started: the next audit's
@@ -90,7 +92,7 @@ def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
             if progress is not None:
                 progress(sum(reached[p] - firsts[p] for p in parts), total)
     except KafkaException as e:
-        raise AuditError(f"Kafka at {bootstrap}: {e.args[0]}") from e
+        raise translate_exception(e, f"Kafka at {bootstrap}", AuditKafkaError) from e
     finally:
         c.close()
 
@@ -126,13 +128,13 @@ def fetch_message(bootstrap: str, topic: str, partition: int, offset: int,
             if m.error() is not None:
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     break
-                raise AuditError(f"reading {topic}[{partition}]@{offset}: {m.error()}")
+                raise translate(m.error(), f"reading {topic}[{partition}]@{offset}", AuditKafkaError)
             if m.offset() == offset:
                 return m.value()
             break
         raise AuditError(f"{topic} has no committed message at partition {partition} "
                          f"offset {offset}")
     except KafkaException as e:
-        raise AuditError(f"Kafka at {bootstrap}: {e.args[0]}") from e
+        raise translate_exception(e, f"Kafka at {bootstrap}", AuditKafkaError) from e
     finally:
         c.close()

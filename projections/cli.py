@@ -6,10 +6,13 @@ import argparse
 import signal
 import threading
 
+from server.logs import configure, event_logger
+
 from .config import ProjectorConfig
-from .logs import log
 
 HELP = "project the log into PostgreSQL (the live generation) until stopped"
+
+log = event_logger("evidence.projector")
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from .metrics import ProjectorMetrics
     from .service import Projector
 
+    configure()
     cfg = ProjectorConfig.from_env().with_args(args)
     stop = threading.Event()
 

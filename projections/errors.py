@@ -3,14 +3,15 @@
     EvidenceError
     └── ProjectionError            the projector or a rebuild cannot go on
         ├── StoreError             a PostgreSQL error; keeps its SQLSTATE (``.sqlstate``)
-        ├── LogError               a Kafka client error; keeps librdkafka's code (``.code``)
+        ├── LogError               a Kafka client error; keeps librdkafka's code (``.code``);
+        │                          also a server.kafka.KafkaClientError
         ├── GenerationChanged      the live generation is not the one being written (signal)
         ├── PositionsMoved         stored positions are not where this writer left them (signal)
         ├── RebuildBusy            another rebuild holds the rebuild lock
         └── RebuildMismatch        a rebuilt generation disagrees with the live one; no swap
 
-psycopg errors are translated in ``projections.store`` and confluent-kafka errors in
-``projections.service``, each in one context manager. ``GenerationChanged`` and
+psycopg errors are translated in ``projections.store``, and confluent-kafka errors by
+:mod:`server.kafka` (called from ``projections.service``), each in one context manager. ``GenerationChanged`` and
 ``PositionsMoved`` are how the store tells the loop to discard a batch and re-seek; the loop
 catches them, they never reach a user.
 """
@@ -18,6 +19,7 @@ catches them, they never reach a user.
 from __future__ import annotations
 
 from evidence_contract import EvidenceError
+from server.kafka import KafkaClientError
 
 __all__ = [
     "GenerationChanged",
@@ -42,13 +44,8 @@ class StoreError(ProjectionError):
         self.sqlstate = sqlstate
 
 
-class LogError(ProjectionError):
-    """A Kafka client error; ``code``/``name`` are librdkafka's."""
-
-    def __init__(self, message: str, *, code: int | None = None, name: str | None = None) -> None:
-        super().__init__(f"{message} [{name} ({code})]" if name else message)
-        self.code = code
-        self.name = name
+class LogError(ProjectionError, KafkaClientError):
+    """A Kafka client error; ``code``/``name`` and the flags are librdkafka's."""
 
 
 class GenerationChanged(ProjectionError):

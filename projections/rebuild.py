@@ -30,6 +30,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
+from server.logs import event_logger
+
 from .config import ProjectorConfig
 from .errors import (
     GenerationChanged,
@@ -38,11 +40,12 @@ from .errors import (
     RebuildMismatch,
     StoreError,
 )
-from .logs import log
 from .service import GenerationWriter, LogReader
 from .store import Store
 
 __all__ = ["Progress", "ProgressFactory", "RebuildResult", "compare_generations", "rebuild"]
+
+log = event_logger("evidence.projector")
 
 
 class Progress(Protocol):

@@ -17,32 +17,30 @@ from __future__ import annotations
 
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from server.kafka import kafka_errors, translate
+from server.logs import event_logger
 
 from .config import ProjectorConfig
 from .errors import GenerationChanged, LogError, PositionsMoved
 from .fold import decode_message
-from .logs import log
 from .metrics import ProjectorMetrics
 from .store import Store
 
 __all__ = ["Batch", "GenerationWriter", "LogReader", "Projector"]
 
+log = event_logger("evidence.projector")
 
-@contextmanager
-def _kafka_errors(what: str) -> Iterator[None]:
-    """The one place confluent-kafka errors become ``LogError`` (code and name kept)."""
-    try:
-        yield
-    except KafkaException as e:
-        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-        raise LogError(f"Kafka: {what}: {err.str() if err else e}",
-                       code=err.code() if err else None,
-                       name=err.name() if err else None) from e
+
+def _kafka_errors(what: str) -> AbstractContextManager[None]:
+    """confluent-kafka errors become ``LogError`` (code, name and flags kept), by
+    :mod:`server.kafka`."""
+    return kafka_errors(f"Kafka: {what}", LogError)
 
 
 @dataclass
@@ -144,7 +142,7 @@ class LogReader:
                 # Every offset below this one is consumed, control records included.
                 batch.reached[m.partition()] = max(m.offset(), batch.reached.get(m.partition(), 0))
             elif err.fatal() or not err.retriable():
-                raise LogError(f"Kafka: consume: {err.str()}", code=err.code(), name=err.name())
+                raise translate(err, "Kafka: consume", LogError)
             else:
                 log("warning", "consume_error", error=err.str(), code=err.name())
         return batch

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from api import ConfigError, Keyring, Scope, Settings
+from api import ApiConfigError, Keyring, Scope, Settings
 from api.auth import parse_patterns
 from api.config import load_keyring
 
@@ -63,12 +63,12 @@ def test_dev_key_and_keys_file_combine(tmp_path):
       "EVIDENCE_API_POOL_MAX": "2"}, "pool sizes"),
 ])
 def test_bad_settings_say_what_to_fix(variables, words):
-    with pytest.raises(ConfigError, match=words):
+    with pytest.raises(ApiConfigError, match=words):
         Settings.from_env(env(**variables))
 
 
 def test_database_url_is_required():
-    with pytest.raises(ConfigError, match="EVIDENCE_DATABASE_URL"):
+    with pytest.raises(ApiConfigError, match="EVIDENCE_DATABASE_URL"):
         Settings.from_env({"EVIDENCE_API_KEY": "k", "EVIDENCE_API_KEY_STREAMS": "*"})
 
 
@@ -86,12 +86,12 @@ def test_database_url_is_required():
 def test_bad_keys_file_says_what_to_fix(tmp_path, content, words):
     f = tmp_path / "keys.json"
     f.write_text(content)
-    with pytest.raises(ConfigError, match=words):
+    with pytest.raises(ApiConfigError, match=words):
         load_keyring({"EVIDENCE_API_KEYS_FILE": str(f)})
 
 
 def test_missing_keys_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ApiConfigError, match="cannot read"):
         load_keyring({"EVIDENCE_API_KEYS_FILE": str(tmp_path / "absent.json")})
 
 
