@@ -8,17 +8,20 @@ Modules, pure first:
     reasons   Reason — why an intake message was rejected (header ``evidence.reason``)
     core      validate, seal_capture, DedupWindow, Sealer — no Kafka, no clock, no I/O
     config    WriterConfig — from ``EVIDENCE_*`` env vars and CLI flags
-    errors    WriterError tree under schemas.EvidenceError
+    errors    WriterError tree under evidence_contract.EvidenceError
     metrics   WriterMetrics — Prometheus counters and histograms
-    logs      log() — JSON-lines structured logs on stderr
-    service   WriterService — the Kafka shell (the only module importing confluent_kafka)
+    kafka_io  KafkaClients and the librdkafka calls (the only module importing confluent_kafka)
+    restore   restore() — a partition's heads and dedup window, read back from Kafka
+    loop      SealLoop — one batch, one transaction; abort, rewind, commit retry
+    service   WriterService — start, run, close; librdkafka's callbacks
     cli       the ``evidence writer`` subcommand
+
+Logs are JSON lines from :mod:`server.logs` (logger ``evidence.writer``); the version sealed
+into each record's writer identity is :func:`server.version.version`.
 """
 
-__version__ = "0.1.0"
-
-from writer.config import WriterConfig  # noqa: E402
-from writer.core import (  # noqa: E402
+from writer.config import WriterConfig
+from writer.core import (
     Capture,
     DedupWindow,
     Duplicate,
@@ -29,8 +32,8 @@ from writer.core import (  # noqa: E402
     seal_capture,
     validate,
 )
-from writer.errors import FencedError, KafkaError, StateMismatchError, WriterError  # noqa: E402
-from writer.reasons import Reason  # noqa: E402
+from writer.errors import FencedError, StateMismatchError, WriterError, WriterKafkaError
+from writer.reasons import Reason
 
 __all__ = [
     "Capture",
@@ -38,7 +41,6 @@ __all__ = [
     "Duplicate",
     "FencedError",
     "Head",
-    "KafkaError",
     "Reason",
     "Rejection",
     "Sealed",
@@ -46,7 +48,7 @@ __all__ = [
     "StateMismatchError",
     "WriterConfig",
     "WriterError",
-    "__version__",
+    "WriterKafkaError",
     "seal_capture",
     "validate",
 ]

@@ -36,11 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from server.logs import configure, event_logger
     from writer.config import WriterConfig
     from writer.errors import WriterError
-    from writer.logs import log
     from writer.service import WriterService
 
+    configure()
+    log = event_logger("evidence.writer")
     try:
         cfg = WriterConfig.from_env().with_args(args)
     except ValueError as e:

@@ -1,0 +1,231 @@
+"""The writer's Kafka clients: the only module of ``writer`` that imports confluent_kafka.
+
+What the rest of the writer needs from librdkafka, as small functions over a producer or a
+consumer it is handed:
+
+- :class:`KafkaClients` — how the producer and consumers are made (confluent_kafka's by
+  default; tests pass fakes) and how topics are checked;
+- ``*_config(cfg, error_cb)`` — the three clients' settings, and why;
+- :func:`kafka_errors` / :func:`translate` — :mod:`server.kafka`'s mapping into
+  :class:`~writer.errors.WriterKafkaError` and :class:`~writer.errors.FencedError`;
+- :func:`produce`, :func:`consume_batch`, :func:`rewind`, :func:`read_partition`,
+  :func:`watermarks`, :func:`offset_for_time` — the calls, with librdkafka's quirks handled.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, cast
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from server import kafka as _kafka
+from server.logs import event_logger
+from topics import TopicSettings, check_topics
+from writer.config import WriterConfig
+from writer.errors import FencedError, WriterError, WriterKafkaError
+
+__all__ = [
+    "Consumer",
+    "KafkaClients",
+    "KafkaError",
+    "KafkaException",
+    "Message",
+    "Producer",
+    "TIMEOUT_S",
+    "TopicPartition",
+    "consume_batch",
+    "consumer_config",
+    "error_of",
+    "is_fatal",
+    "is_fenced",
+    "kafka_errors",
+    "offset_for_time",
+    "produce",
+    "producer_config",
+    "read_partition",
+    "reader_config",
+    "rewind",
+    "translate",
+    "watermarks",
+]
+
+TIMEOUT_S = 30.0
+READ_DEADLINE_S = 120.0  # reading one partition of writer-state or the log to its end
+
+ErrorCallback = Callable[[KafkaError], None]
+log = event_logger("evidence.writer")
+error_of = _kafka.error_of
+is_fatal = _kafka.is_fatal
+is_fenced = _kafka.is_fenced
+
+
+@dataclass(frozen=True)
+class KafkaClients:
+    """How the writer gets its clients; each is called with a confluent_kafka config dict
+    (``check_topics`` with the bootstrap servers and the topic settings)."""
+
+    producer: Callable[[dict[str, Any]], Producer] = Producer
+    consumer: Callable[[dict[str, Any]], Consumer] = Consumer
+    check_topics: Callable[[str, TopicSettings], None] = check_topics
+
+
+def translate(err: KafkaError, what: str, consumer: bool = False) -> WriterKafkaError:
+    """``err`` as a writer error (:class:`FencedError` when fenced); see :mod:`server.kafka`."""
+    return cast(WriterKafkaError, _kafka.translate(err, what, WriterKafkaError,
+                                                   fenced_cls=FencedError, consumer=consumer))
+
+
+def kafka_errors(what: str, consumer: bool = False) -> Any:
+    """Context manager: a ``KafkaException`` inside becomes a :class:`WriterKafkaError`."""
+    return _kafka.kafka_errors(what, WriterKafkaError, fenced_cls=FencedError, consumer=consumer)
+
+
+# -- the three clients ----------------------------------------------------------------------
+def producer_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": cfg.bootstrap,
+        "transactional.id": cfg.transactional_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "transaction.timeout.ms": cfg.transaction_timeout_ms,
+        # librdkafka's default is 1 MB; a capture may be up to the topics' 64 MiB and a
+        # rejected message up to the rejected topic's limit. batch.size stays 1 MB so
+        # small records are never batched past a topic's max.message.bytes.
+        "message.max.bytes": cfg.topics.rejected_max_message_bytes + 64 * 1024,
+        "batch.size": 1_000_000,
+        "linger.ms": 2,
+        "error_cb": error_cb,
+    }
+
+
+def reader_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any]:
+    """The restore reader: assigned partition by partition, never subscribes or commits."""
+    return {
+        "bootstrap.servers": cfg.bootstrap,
+        "group.id": f"{cfg.group_id}.restore",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        # Short fetch waits: a fetch parked at the partition end would otherwise hold the
+        # connection, and the next watermark query behind it, for 500 ms per read.
+        "fetch.wait.max.ms": 10,
+        "error_cb": error_cb,
+    }
+
+
+def consumer_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any]:
+    """The intake consumer; its offsets are committed only inside the writer's transactions."""
+    return {
+        "bootstrap.servers": cfg.bootstrap,
+        "group.id": cfg.group_id,
+        "group.instance.id": cfg.instance_id,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": cfg.session_timeout_ms,
+        "error_cb": error_cb,
+    }
+
+
+# -- calls ----------------------------------------------------------------------------------
+def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None,
+            partition: int, headers: list | None = None) -> None:
+    """Produce one message; a full local queue is drained and the message produced again."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)  # local queue full: let deliveries drain, then retry
+
+
+def consume_batch(consumer: Consumer, max_messages: int, linger_ms: int,
+                  idle_wait_s: float) -> list[Message]:
+    """The next batch: what is already fetched, plus what arrives within the linger.
+
+    ``Consumer.consume(n, t)`` returns early only when ``n`` messages are there, so with
+    ``t`` as the linger every batch under light load would wait the whole linger before it
+    even started. Instead, as Kafka's producer does with linger.ms: the linger starts when
+    a batch has its first message. Idle, this waits for that first message at most
+    ``idle_wait_s`` (then the caller checks for a stop request and comes back). Under load
+    the prefetched messages fill the batch at once and nothing waits.
+
+    A fatal error in place of a message raises; other errors are logged and skipped.
+    """
+    with kafka_errors("consume"):
+        msgs = consumer.consume(max_messages, 0)
+        if not msgs:
+            first = consumer.poll(idle_wait_s)
+            msgs = [first] if first is not None else []
+        if msgs and len(msgs) < max_messages and linger_ms > 0:
+            msgs += consumer.consume(max_messages - len(msgs), linger_ms / 1000)
+    good = []
+    for m in msgs:
+        err = m.error()
+        if err is None:
+            good.append(m)
+        elif is_fatal(err):
+            raise translate(err, "consume", consumer=True)
+        elif err.code() != KafkaError._PARTITION_EOF:
+            log("warning", "consume_error", code=err.name(), error=err.str())
+    return good
+
+
+def rewind(consumer: Consumer) -> None:
+    """Seek every assigned partition back to the group's committed offset (the beginning
+    when nothing is committed), dropping whatever was fetched past it."""
+    with kafka_errors("rewind"):
+        for tp in consumer.committed(consumer.assignment(), timeout=TIMEOUT_S):
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+
+def watermarks(reader: Consumer, topic: str, partition: int) -> tuple[int, int]:
+    """(low, high) of a partition, asked of the broker (read_committed: the stable end)."""
+    with kafka_errors(f"watermarks of {topic}[{partition}]"):
+        return reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S,
+                                            cached=False)
+
+
+def offset_for_time(reader: Consumer, topic: str, partition: int, ms: int) -> int:
+    """The first offset with a timestamp at or after ``ms``; negative when there is none."""
+    with kafka_errors(f"offsets of {topic}[{partition}]"):
+        return reader.offsets_for_times([TopicPartition(topic, partition, ms)],
+                                        timeout=TIMEOUT_S)[0].offset
+
+
+def read_partition(reader: Consumer, topic: str, partition: int,
+                   start: int = OFFSET_BEGINNING) -> Iterator[Message]:
+    """Yield the committed messages of one partition from ``start`` to its current end."""
+    lo, hi = watermarks(reader, topic, partition)
+    start = max(start, lo)
+    if start >= hi:
+        return
+    reader.assign([TopicPartition(topic, partition, start)])
+    deadline = time.monotonic() + READ_DEADLINE_S
+    try:
+        while True:
+            msg = reader.poll(0.5)
+            if msg is None:
+                if time.monotonic() > deadline:
+                    raise WriterError(f"reading {topic}[{partition}] did not reach its end in time")
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return
+                raise translate(err, f"reading {topic}[{partition}]", consumer=True)
+            yield msg
+    finally:
+        reader.unassign()

@@ -1,0 +1,212 @@
+"""The writer's loop: consume a batch of intake, seal it in one Kafka transaction, repeat.
+
+:class:`SealLoop` is handed a started transactional producer, the subscribed intake consumer
+and the :class:`~writer.core.Sealer` (which decides everything about a message); it only moves
+bytes and handles Kafka's failure modes:
+
+- abortable error (``txn_requires_abort``), or any other non-fatal error inside the
+  transaction: abort, forget the batch's in-memory heads, rewind the consumer to its
+  committed offsets, and consume the batch again, so the same messages get the same seqs;
+- retriable error on commit: retry the commit (librdkafka allows it, the outcome is kept);
+- fatal error or fencing: raise :class:`~writer.errors.WriterKafkaError` /
+  :class:`~writer.errors.FencedError`; the service exits non-zero.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from server.logs import event_logger
+from writer.config import WriterConfig
+from writer.core import Duplicate, Rejection, Sealed, Sealer, encode_head
+from writer.errors import FencedError, WriterError, WriterKafkaError
+from writer.kafka_io import (
+    TIMEOUT_S,
+    Consumer,
+    Message,
+    Producer,
+    TopicPartition,
+    consume_batch,
+    kafka_errors,
+    produce,
+    rewind,
+)
+from writer.metrics import WriterMetrics
+
+__all__ = ["IDLE_WAIT_S", "SealLoop"]
+
+IDLE_WAIT_S = 0.2  # an idle writer checks for a stop request this often
+
+log = event_logger("evidence.writer")
+
+
+@dataclass
+class _Produced:
+    """What steps 2–3 of one transaction produced, counted once it has committed."""
+
+    next_offsets: dict[int, int] = field(default_factory=dict)
+    sealed: int = 0
+    reencoded: int = 0
+    rejected: list[tuple[Rejection, Message]] = field(default_factory=list)
+    duplicates: list[tuple[Duplicate, Message]] = field(default_factory=list)
+
+
+class SealLoop:
+    """One batch per :meth:`step`. ``check_failure`` raises what librdkafka's callbacks
+    reported (they run inside consume); it is called after every consume."""
+
+    def __init__(self, producer: Producer, consumer: Consumer, sealer: Sealer,
+                 config: WriterConfig, metrics: WriterMetrics, clock: Callable[[], int],
+                 check_failure: Callable[[], None] = lambda: None) -> None:
+        self.producer = producer
+        self.consumer = consumer
+        self.sealer = sealer
+        self.config = config
+        self.names = config.topics.names
+        self.metrics = metrics
+        self._clock = clock
+        self._check_failure = check_failure
+
+    def step(self) -> int:
+        """Consume the next batch (waiting briefly when idle) and seal it; returns its size."""
+        cfg = self.config
+        msgs = consume_batch(self.consumer, cfg.batch_max_messages, cfg.batch_linger_ms,
+                             IDLE_WAIT_S)
+        self._check_failure()
+        if msgs:
+            self.process(msgs)
+        return len(msgs)
+
+    def process(self, msgs: list[Message]) -> None:
+        """Seal ``msgs`` in one transaction; abort and rewind unless the error is fatal."""
+        try:
+            self.transact(msgs)
+        except WriterKafkaError as e:
+            # Fatal and fenced errors end the writer. Anything else (abortable, or a
+            # retriable error outside commit) is handled the same safe way: abort the
+            # transaction and consume the batch again from the committed offsets.
+            if e.fatal or isinstance(e, FencedError):
+                raise
+            self.abort(e)
+
+    def abort(self, cause: WriterKafkaError) -> None:
+        """Abort the open transaction and rewind, so the batch is consumed and sealed again."""
+        self.metrics.aborts.inc()
+        log("warning", "transaction_aborted", code=cause.name, error=str(cause))
+        try:
+            with kafka_errors("abort_transaction"):
+                self.producer.abort_transaction(TIMEOUT_S)
+        except WriterKafkaError as e:
+            if e.fatal or isinstance(e, FencedError):
+                raise
+            # e.g. no transaction was open yet (begin_transaction failed): nothing to undo.
+            log("warning", "abort_failed", code=e.name, error=str(e))
+        # Heads return to the last committed transaction (the overlay is dropped) and the
+        # consumer to the committed offsets: the same messages get the same seqs again.
+        self.sealer.abort()
+        rewind(self.consumer)
+
+    def transact(self, msgs: list[Message]) -> None:
+        """Seal one batch in one Kafka transaction. The steps, and why this order is safe:
+
+        1. begin_transaction — nothing below is visible to read_committed readers until 5.
+        2. Produce the records: seal, reject or absorb each message in intake order, producing
+           the record to the log (or the verbatim message to rejected) on the intake
+           message's partition number. Heads advance only in the sealer's overlay.
+        3. Produce the state: the batch's new stream heads to writer-state (key = stream),
+           after the records they point at, so after a crash the heads on writer-state are
+           exactly those of the last committed log records.
+        4. Send the offsets: send_offsets_to_transaction with the consumer group metadata,
+           so the intake offsets commit atomically with 2 and 3 and a message is consumed
+           iff its outcome is committed; the group generation also fences a zombie consumer
+           (KIP-447). Sent last, when every outcome of the batch is produced.
+        5. Commit — all of 2–4 become visible at once or not at all. A crash before this
+           leaves an open transaction that the next writer's init_transactions aborts; its
+           seqs are reused because no reader ever saw them.
+        6. Only now apply the overlay to the in-memory heads and dedup window, and count:
+           before the commit succeeded, the overlay may still be thrown away by an abort.
+        """
+        # 1. Open the transaction.
+        with kafka_errors("begin_transaction"):
+            self.producer.begin_transaction()
+        # 2. and 3. Produce the records, then the state.
+        with kafka_errors("produce"):
+            produced = self._produce_records(msgs)
+            self._produce_state()
+        # 4. Send the intake offsets into the same transaction.
+        with kafka_errors("send_offsets_to_transaction"):
+            self.producer.send_offsets_to_transaction(
+                [TopicPartition(self.names.intake, p, o)
+                 for p, o in sorted(produced.next_offsets.items())],
+                self.consumer.consumer_group_metadata(), TIMEOUT_S)
+        # 5. Commit.
+        t0 = time.perf_counter()
+        self._commit()
+        # 6. Apply and count what is now committed.
+        self.sealer.commit()
+        self._count(msgs, produced, time.perf_counter() - t0)
+
+    def _produce_records(self, msgs: list[Message]) -> _Produced:
+        names, out = self.names, _Produced()
+        for m in msgs:
+            p = m.partition()
+            if not self.sealer.owns(p):
+                raise WriterError(f"message from unowned partition {names.intake}[{p}]")
+            outcome = self.sealer.handle(m.value(), m.key(), p, m.offset(), self._clock())
+            if isinstance(outcome, Sealed):
+                produce(self.producer, names.log, outcome.record, m.key(), p)
+                out.sealed += 1
+                out.reencoded += outcome.reencoded
+            elif isinstance(outcome, Rejection):
+                produce(self.producer, names.rejected, m.value(), m.key(), p,
+                        list(m.headers() or []) + _reason_headers(outcome, m))
+                out.rejected.append((outcome, m))
+            else:
+                out.duplicates.append((outcome, m))
+            out.next_offsets[p] = m.offset() + 1
+        return out
+
+    def _produce_state(self) -> None:
+        for (p, stream), head in self.sealer.pending_heads().items():
+            produce(self.producer, self.names.writer_state, encode_head(head, p),
+                    stream.encode("utf-8"), p)
+
+    def _commit(self) -> None:
+        """commit_transaction, repeated while librdkafka calls the failure retriable (and
+        neither abortable nor fatal): a repeated commit keeps the first call's outcome."""
+        while True:
+            try:
+                with kafka_errors("commit_transaction"):
+                    self.producer.commit_transaction(TIMEOUT_S)
+                return
+            except WriterKafkaError as e:
+                if not e.retriable or e.txn_requires_abort or e.fatal:
+                    raise
+                log("warning", "commit_retry", code=e.name, error=str(e))
+
+    def _count(self, msgs: list[Message], produced: _Produced, commit_s: float) -> None:
+        m_ = self.metrics
+        m_.commit_seconds.observe(commit_s)
+        m_.batch_size.observe(len(msgs))
+        m_.sealed.inc(produced.sealed)
+        m_.reencoded.inc(produced.reencoded)
+        for rej, msg in produced.rejected:
+            m_.rejected.labels(rej.reason.value).inc()
+            log("warning", "rejected", reason=rej.reason.value, reason_text=rej.text,
+                partition=msg.partition(), offset=msg.offset())
+        for dup, msg in produced.duplicates:
+            m_.duplicates.inc()
+            log("info", "duplicate", stream=dup.stream, event_id=dup.event_id,
+                partition=msg.partition(), offset=msg.offset())
+
+
+def _reason_headers(rejection: Rejection, m: Message) -> list[tuple[str, bytes]]:
+    return [
+        ("evidence.reason", rejection.reason.value.encode()),
+        ("evidence.reason_text", rejection.text.encode("utf-8", "replace")),
+        ("evidence.source_topic", m.topic().encode()),
+        ("evidence.source_partition", str(m.partition()).encode()),
+        ("evidence.source_offset", str(m.offset()).encode()),
+    ]
