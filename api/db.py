@@ -39,7 +39,7 @@ META_COLUMNS = (
 BYTES_COLUMNS = ("request_bytes", "response_bytes", "error_bytes", "input_bytes",
                  "prompt_bytes", "record_bytes")
 VERIFY_COLUMNS = ("stream", "seq", "output_digest", "response_digest", "deterministic",
-                  "seed", "model_version", "outcome")
+                  "seed", "model_version", "outcome", "endpoint")
 HEAD_COLUMNS = ("stream", "seq", "record_digest", "record_count", "first_at", "last_at")
 FINDING_COLUMNS = ("id", "stream", "seq", "kind", "detail", "log_partition", "log_offset",
                    "found_at")
@@ -81,8 +81,10 @@ class Database:
         self._pool: AsyncConnectionPool | None = None
         v = f'"{views}"'  # validated as a plain identifier by Settings
         cols = ", ".join(META_COLUMNS)
+        page = (f"from {v}.records where stream = %s and seq > %s "
+                f"order by seq, log_partition, log_offset limit %s")
         verify_cols = ("stream, seq, output_digest, response_digest, deterministic, seed, "
-                       "coalesce(response_model, model_id), outcome")
+                       "coalesce(response_model, model_id), outcome, provider_endpoint")
         self._q = {
             "verify_seq": f"select {verify_cols} from {v}.records "
                           f"where stream = %s and seq = %s {_FIRST}",
@@ -94,8 +96,8 @@ class Database:
             "meta_event": f"select {cols} from {v}.records where event_id = %s {_FIRST}",
             "full_event": f"select {cols}, {', '.join(BYTES_COLUMNS)} from {v}.records "
                           f"where event_id = %s {_FIRST}",
-            "page": f"select {cols} from {v}.records where stream = %s and seq > %s "
-                    f"order by seq, log_partition, log_offset limit %s",
+            "meta_page": f"select {cols} {page}",
+            "full_page": f"select {cols}, {', '.join(BYTES_COLUMNS)} {page}",
             "head": f"select {', '.join(HEAD_COLUMNS)} from {v}.heads where stream = %s",
             "findings": f"select {', '.join(FINDING_COLUMNS)} from {v}.findings "
                         f"where stream = %s order by id limit %s",
@@ -151,8 +153,11 @@ class Database:
         return await self._one("event", self._q["full_event" if with_bytes else "meta_event"],
                                (event_id,))
 
-    async def page(self, stream: str, after_seq: int, limit: int) -> list[tuple[Any, ...]]:
-        return await self._all("records", self._q["page"], (stream, Int8(after_seq), limit))
+    async def page(self, stream: str, after_seq: int, limit: int,
+                   with_bytes: bool = False) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` records of ``stream`` after ``after_seq``, in seq order."""
+        return await self._all("records", self._q["full_page" if with_bytes else "meta_page"],
+                               (stream, Int8(after_seq), limit))
 
     async def replay(self, content_key: bytes, scope: Scope, stream: str | None,
                      seq: int | None) -> tuple[Any, ...] | None:

@@ -34,8 +34,8 @@ class ApiMetrics:
                                 ("method", "route", "status"), registry=self.registry)
         self.verify = Counter("evidence_api_verify_total", "Replay verifications by outcome.",
                               ("outcome",), registry=self.registry)
-        for outcome in ("match", "mismatch", "no_digest"):
-            self.verify.labels(outcome)
+        # Resolved once: counted on the hot route. An unusable input ("invalid") is not counted.
+        self._verified = {o: self.verify.labels(o) for o in ("match", "mismatch", "no_digest")}
         self.lag = Gauge("evidence_api_projection_lag",
                          "Records the projection is behind the log (sum over partitions).",
                          registry=self.registry)
@@ -53,6 +53,12 @@ class ApiMetrics:
             self._children[key] = children
         children[0].observe(seconds)
         children[1].inc()
+
+    def count_verify(self, outcome: str) -> None:
+        """Count one replay verification by ``VerifyResult.outcome``."""
+        counter = self._verified.get(outcome)
+        if counter is not None:
+            counter.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

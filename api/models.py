@@ -18,12 +18,15 @@ from evidence_contract import STREAM_ID_RE
 from .db import FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
 __all__ = [
+    "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
     "ErrorBody", "FindingOut", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
 ]
 
 MAX_SEQ = (1 << 63) - 1
 STREAM_PATTERN = "^" + STREAM_ID_RE.pattern + "$"
+FINDINGS_SHOWN = 100
+"""How many findings an answer lists; it gives their count in full."""
 
 
 class ErrorBody(BaseModel):

@@ -21,8 +21,10 @@ import hmac
 from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from evidence_contract import output_digest, response_digest
+from evidence_contract.outputs import KINDS, wire_format
 
 __all__ = ["Original", "VerifyResult", "verify"]
 
@@ -45,6 +47,8 @@ class Original:
     """Any size (the records column is numeric, so a Decimal from the database)."""
     model_version: str | None = None
     outcome: str | None = None
+    endpoint: str | None = None
+    """The provider endpoint called: its path names the wire format."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,22 @@ def _opt_bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def _unknown_format(endpoint: object) -> str | None:
+    """Why no output digest can be computed for a record that called ``endpoint``; None if
+    its path names a wire format the record contract defines (or no endpoint is known)."""
+    if not isinstance(endpoint, str):
+        return None
+    try:
+        path = urlsplit(endpoint).path
+    except ValueError:  # not a URL at all
+        return (f"the output digest cannot be recomputed: the endpoint {endpoint[:200]!r} "
+                f"does not parse as a URL")
+    if wire_format(path) is not None:
+        return None
+    return (f"the output digest cannot be recomputed for this wire format: the endpoint path "
+            f"{path or '/'!r} is none the record contract defines ({', '.join(KINDS)})")
+
+
 def verify(original: object, replayed_output: object = None,
            replayed_response: object = None) -> VerifyResult:
     """Compare exactly one of ``replayed_output`` (str) or ``replayed_response`` (bytes) with
@@ -154,16 +174,8 @@ def _verify(original: object, replayed_output: object, replayed_response: object
 
     # 2. The record may not carry that digest at all (a failed call, or no extracted output).
     if not _is_digest(sealed, len(replay)):
-        why = f" (outcome {outcome})" if outcome and outcome != "COMMITTED" else ""
-        if kind == "output":
-            other, other_input = getattr(original, "response_digest", None), "replayed_response_b64"
-        else:
-            other, other_input = getattr(original, "output_digest", None), "replayed_output"
-        hint = (f"; it has the other digest, so compare {other_input} instead"
-                if _is_digest(other, len(replay)) else "; it has no digest to compare at all")
         return result(False, None, replay_hash, compared,
-                      f"the record has no {compared}{why}, so a replayed {kind} cannot be "
-                      f"verified against it{hint}")
+                      _no_digest_reason(original, kind, outcome, len(replay)))
     sealed = bytes(sealed)
     original_hash = sealed.hex()
 
@@ -183,3 +195,20 @@ def _verify(original: object, replayed_output: object, replayed_response: object
         reason += ("; response bodies also carry per-call ids and timestamps, so compare "
                    "replayed_output to check the model's text")
     return result(False, original_hash, replay_hash, compared, reason)
+
+
+def _no_digest_reason(original: object, kind: str, outcome: str | None, size: int) -> str:
+    """Why a replayed ``kind`` ("output" or "response") cannot be verified against
+    ``original``, which has no digest of that kind, and what to compare instead."""
+    compared = OUTPUT if kind == "output" else RESPONSE
+    why = f" (outcome {outcome})" if outcome and outcome != "COMMITTED" else ""
+    if kind == "output":
+        unknown = None if why else _unknown_format(getattr(original, "endpoint", None))
+        why = f" ({unknown})" if unknown else why
+        other, other_input = getattr(original, "response_digest", None), "replayed_response_b64"
+    else:
+        other, other_input = getattr(original, "output_digest", None), "replayed_output"
+    hint = (f"; it has the other digest, so compare {other_input} instead"
+            if _is_digest(other, size) else "; it has no digest to compare at all")
+    return (f"the record has no {compared}{why}, so a replayed {kind} cannot be verified "
+            f"against it{hint}")

@@ -297,9 +297,32 @@ def test_records_default_page_and_limits(acme, data):
                      "invalid_request")
 
 
-def test_records_of_unknown_or_foreign_stream_are_404(acme):
-    assert_error(acme.get("/streams/acme:nope/records"), 404, "not_found")
+def test_records_of_a_foreign_stream_are_404(acme):
     assert_error(acme.get("/streams/globex:x/records"), 404, "not_found")
+    assert_error(acme.get("/streams/globex:x/records", params={"after_seq": 1}), 404,
+                 "not_found")
+
+
+@pytest.mark.parametrize("after_seq", [0, 1])
+def test_records_of_a_readable_stream_without_records_are_an_empty_page(acme, after_seq):
+    r = acme.get("/streams/acme:nope/records", params={"after_seq": after_seq})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"stream": "acme:nope", "records": [], "next_after_seq": None}
+
+
+def test_records_list_honours_include_bytes(acme, data):
+    body = acme.get("/streams/acme:chat/records", params={"include": "bytes"}).json()
+    by_seq = {r["seq"]: r for r in body["records"]}
+    det, failed = by_seq[data["det"].seq], by_seq[data["failed"].seq]
+    assert base64.b64decode(det["response_b64"]) == data["det"].body["response_bytes"]
+    assert base64.b64decode(det["request_b64"]) == SHARED_REQUEST
+    assert base64.b64decode(det["record_b64"]) == data["det"].value
+    assert base64.b64decode(failed["error_b64"]) == data["failed"].body["error_bytes"]
+    single = acme.get(f"/streams/acme:chat/records/{data['det'].seq}",
+                      params={"include": "bytes"}).json()
+    assert det == single
+    assert_error(acme.get("/streams/acme:chat/records", params={"include": "all"}), 422,
+                 "invalid_request")
 
 
 def test_record_metadata_and_bytes(acme, data):
@@ -362,6 +385,21 @@ def test_contract_2_fields_and_a_seed_beyond_64_bits(make_readmodel, make_api_se
         assert fid["live_reexecution"]["manifest"]["model"]["seed"]["value"] == str(big)
         audit = c.get("/streams/acme:c2/audit").json()
         assert audit["clean"], audit
+
+
+def test_verify_a_record_of_an_unknown_wire_format_says_why_it_has_no_output_digest(
+        make_readmodel, make_api_server, database_url):
+    rm = make_readmodel()
+    rec = rm.add("acme:other", output=None, provider={
+        "name": "acme-llm", "endpoint": "https://llm.example/v2/generate", "api_version": None})
+    url = make_api_server(Settings(database_url, Keyring([("all", ALL, ["*"])]),
+                                   views_schema=rm.views, max_lag=100))
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ALL}"}) as c:
+        v = verify(c, stream="acme:other", seq=rec.seq, replayed_output="Hello!").json()
+    assert (v["match"], v["original_hash"]) == (False, None)
+    assert "no output_digest" in v["reason"]
+    assert "cannot be recomputed for this wire format" in v["reason"]
+    assert "/v2/generate" in v["reason"]
 
 
 def test_record_errors(acme):

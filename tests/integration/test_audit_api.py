@@ -96,6 +96,19 @@ def test_reordered_rows_are_named(api):
     assert all("seq" in f["detail"] for f in report["findings"])
 
 
+def test_an_output_digest_of_an_unknown_wire_format_is_reported_not_skipped(api):
+    rm, admin, _ = api
+    rm.add("acme:chat", output="known")
+    rm.add("acme:chat", output="Hi", provider={
+        "name": "acme-llm", "endpoint": "https://llm.example/v2/generate", "api_version": None})
+    report = audit(admin, "acme:chat")
+    assert report["output_digest_checks"] == {"extracted": 1, "no_text": 0,
+                                              "unknown_format": 1}
+    assert report["clean"] is False and named(report) == [("output_digest_unverifiable", 2)]
+    detail = report["findings"][0]["detail"]
+    assert "cannot be recomputed for this wire format" in detail and "/v2/generate" in detail
+
+
 def test_projector_findings_are_reported(api):
     rm, admin, _ = api
     rm.add("acme:chat")

@@ -76,6 +76,27 @@ def test_record_without_output_digest_is_no_digest_with_null_original_hash():
     assert "replayed_response_b64" in r.reason  # it still has a response digest
 
 
+def test_record_of_an_unknown_wire_format_says_its_output_digest_cannot_be_computed():
+    r = verify(original(output_digest=None, endpoint="https://api.example.com/v1/embeddings"),
+               replayed_output=TEXT)
+    assert (r.match, r.original_hash, r.outcome) == (False, None, "no_digest")
+    assert "no output_digest" in r.reason
+    assert "cannot be recomputed for this wire format" in r.reason
+    assert "'/v1/embeddings'" in r.reason and "openai.chat" in r.reason
+
+
+def test_record_of_a_known_wire_format_without_output_text_is_only_missing_its_digest():
+    r = verify(original(output_digest=None,
+                        endpoint="https://api.openai.com/v1/chat/completions"),
+               replayed_output=TEXT)
+    assert "no output_digest" in r.reason and "wire format" not in r.reason
+
+
+def test_an_unknown_wire_format_does_not_stop_a_sealed_output_digest_from_comparing():
+    r = verify(original(endpoint="https://llm.example/v2/generate"), replayed_output=TEXT)
+    assert r.match is True and r.reason is None
+
+
 def test_record_with_no_digest_at_all_says_there_is_nothing_to_compare():
     r = verify(original(output_digest=None, response_digest=None), replayed_response=BODY)
     assert r.outcome == "no_digest" and "no digest to compare at all" in r.reason

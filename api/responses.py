@@ -1,0 +1,28 @@
+"""The error answer's shape, and the ``responses=`` tables that document it in OpenAPI.
+
+Every error body is ``{"error": <code>, "message": <text>}`` plus, for some, details (see
+:mod:`api.errors`); :func:`error_response` is the one place that builds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from .models import ErrorBody
+
+__all__ = ["ERRORS", "PUBLIC_ERRORS", "error_response"]
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (401, 404, 422, 503)}
+"""What a route behind the API key may answer besides its 200."""
+
+PUBLIC_ERRORS: dict[int | str, dict[str, Any]] = {503: {"model": ErrorBody}}
+"""What an operations route (no API key) may answer besides its 200."""
+
+
+def error_response(status: int, code: str, message: str,
+                   headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message, **extra}, status_code=status,
+                        headers=headers)

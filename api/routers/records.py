@@ -1,0 +1,118 @@
+"""Streams and their records: what the key may read, by stream, seq or event id.
+
+    GET /streams                          streams the key may read, keyset-paged
+    GET /streams/{stream}                 head seq/digest, record count, findings
+    GET /streams/{stream}/records         records by seq, keyset-paged (after_seq)
+    GET /streams/{stream}/records/{seq}   one record
+    GET /events/{event_id}                one record by capture id
+
+The three record routes take ``?include=bytes`` for the bodies and the log message. A stream
+outside the key's scope is a 404 like a missing one; a list of records of a stream the key
+may read but that has none (yet) is an empty page, never a 404.
+"""
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from ..deps import Caller, Db, IncludeBytes, Seq, StreamId, not_found
+from ..errors import InvalidRequest
+from ..models import (
+    FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage, StreamDetail, StreamList,
+    finding_dict, head_dict, record_dict,
+)
+from ..responses import ERRORS
+
+__all__ = ["BYTES_PAGE_MAX", "get_event", "get_record", "get_stream", "list_records",
+           "list_streams", "router"]
+
+router = APIRouter(tags=["records"], responses=ERRORS)
+
+BYTES_PAGE_MAX = 100
+"""With ``?include=bytes`` a page holds at most this many records, whatever ``limit`` says:
+each may carry megabytes of bodies. The cursor still covers every record."""
+
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+@router.get("/streams", response_model=StreamList, summary="Streams this key may read")
+async def list_streams(
+    key: Caller, db: Db,
+    after: Annotated[str | None, Query(pattern=STREAM_PATTERN,
+                                       description="cursor: streams after this id")] = None,
+    limit: Limit = 100,
+) -> dict[str, Any]:
+    rows = await db.streams(key.scope, after, limit + 1)
+    page = rows[:limit]
+    return {"streams": [head_dict(r) for r in page],
+            "next_after": page[-1][0] if len(rows) > limit else None}
+
+
+@router.get("/streams/{stream}", response_model=StreamDetail,
+            summary="A stream's head, record count and findings")
+async def get_stream(stream: StreamId, key: Caller, db: Db) -> dict[str, Any]:
+    if not key.scope.allows(stream):
+        raise not_found(f"stream {stream}")
+    head, findings, count = await db.stream(stream, FINDINGS_SHOWN)
+    if head is None:
+        raise not_found(f"stream {stream}")
+    return {**head_dict(head), "findings_count": count,
+            "findings": [finding_dict(f) for f in findings]}
+
+
+@router.get("/streams/{stream}/records", response_model=RecordPage,
+            summary="A stream's records in seq order")
+async def list_records(
+    stream: StreamId, key: Caller, db: Db,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ,
+                                    description="cursor: records after this seq")] = 0,
+    limit: Limit = 100,
+    include: IncludeBytes = None,
+) -> dict[str, Any]:
+    """Keyset pagination: pass `next_after_seq` as `after_seq` until it is null. A stream
+    the key may read that has no records (yet) is an empty page; `include=bytes` pages hold
+    at most 100 records."""
+    if not key.scope.allows(stream):
+        raise not_found(f"stream {stream}")
+    with_bytes = include == "bytes"
+    if with_bytes:
+        limit = min(limit, BYTES_PAGE_MAX)
+    rows = await db.page(stream, after_seq, limit + 1, with_bytes)
+    page, next_after = rows[:limit], None
+    if len(rows) > limit:
+        # Never end a page between two copies of a duplicated seq: the cursor is a seq, so
+        # the second copy would be skipped. Only a page made of one seq keeps it whole.
+        boundary = rows[limit][1]
+        trimmed = [r for r in page if r[1] != boundary]
+        page = trimmed or page
+        next_after = page[-1][1]
+    return {"stream": stream, "records": [record_dict(r) for r in page],
+            "next_after_seq": next_after}
+
+
+@router.get("/streams/{stream}/records/{seq}", response_model=RecordOut,
+            summary="One record by stream and seq")
+async def get_record(stream: StreamId, seq: Seq, key: Caller, db: Db,
+                     include: IncludeBytes = None) -> dict[str, Any]:
+    if not key.scope.allows(stream):
+        raise not_found(f"record stream={stream} seq={seq}")
+    row = await db.record(stream, seq, include == "bytes")
+    if row is None:
+        raise not_found(f"record stream={stream} seq={seq}")
+    return record_dict(row)
+
+
+@router.get("/events/{event_id}", response_model=RecordOut, summary="One record by event id")
+async def get_event(
+    event_id: str, key: Caller, db: Db,
+    include: Annotated[str | None, Query(pattern="^bytes$")] = None,
+) -> dict[str, Any]:
+    try:
+        eid = uuid.UUID(event_id)
+    except ValueError:
+        raise InvalidRequest(f"event_id {event_id[:64]!r} is not a UUID") from None
+    row = await db.event(eid, include == "bytes")
+    if row is None or not key.scope.allows(row[0]):
+        raise not_found(f"record event_id={eid}")
+    return record_dict(row)
