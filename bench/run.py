@@ -94,7 +94,8 @@ def produce_all(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "linger.ms": 5, "batch.size": 1_000_000, **config})
+                  "linger.ms": 5, "batch.size": 1_000_000, "partitioner": "murmur2_random",
+                  **config})
     t0 = time.perf_counter()
     produce = p.produce
     for key, value in messages:

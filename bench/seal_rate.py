@@ -37,7 +37,7 @@ def _fast_encode(event: dict) -> bytes:
 
 def preload(bootstrap: str, settings: TopicSettings, n: int, streams: int) -> float:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
-                  "batch.size": 1_000_000})
+                  "batch.size": 1_000_000, "partitioner": "murmur2_random"})
     first = make_capture("s-0", response=os.urandom(512).hex().encode())
     assert _fast_encode(first) == encode("CaptureEvent", first)
     t0 = time.perf_counter()
@@ -57,7 +57,7 @@ def preload(bootstrap: str, settings: TopicSettings, n: int, streams: int) -> fl
 
 def plain_producer_rate(bootstrap: str, topic: str, n: int, size: int, streams: int) -> float:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "linger.ms": 5})
+                  "linger.ms": 5, "partitioner": "murmur2_random"})
     payload = os.urandom(size)
     keys = [f"s-{i}".encode() for i in range(streams)]
     t0 = time.perf_counter()

@@ -88,6 +88,9 @@ class IntakeProducer:
             # A local client: come back quickly after a broker restart.
             "reconnect.backoff.max.ms": 1000,
             "error_cb": self._on_error,
+            # librdkafka's own log lines go through Python logging (delivered on poll),
+            # not straight to the application's stderr.
+            "logger": logging.getLogger("evidence_client.librdkafka"),
             **(config or {}),
         }
         self._producer: Producer | None = None

@@ -45,6 +45,7 @@ from evidence_contract import (
 )
 from evidence_contract.codec import MARKER
 from evidence_contract.chain import Head, Link, advance
+from evidence_contract.topics import partition_for
 from writer.reasons import Reason
 
 __all__ = [
@@ -372,9 +373,13 @@ class Sealer:
     """
 
     def __init__(self, writer: dict[str, str], max_message_bytes: int,
-                 dedup_max_age_us: int, dedup_max_ids: int) -> None:
+                 dedup_max_age_us: int, dedup_max_ids: int,
+                 partitions: int | None = None) -> None:
         self.writer = dict(writer)
         self.max_message_bytes = max_message_bytes
+        self.partitions = partitions
+        """The intake partition count; when given, a capture must be on its stream's
+        partition (``evidence_contract.topics.partition_for``)."""
         self.dedup_max_age_us = dedup_max_age_us
         self.dedup_max_ids = dedup_max_ids
         self._parts: dict[int, _Partition] = {}
@@ -407,6 +412,12 @@ class Sealer:
         checked = validate(value, key, self.max_message_bytes)
         if isinstance(checked, Rejection):
             return checked
+        if self.partitions is not None:
+            home = partition_for(checked.stream, self.partitions)
+            if partition != home:
+                return _reject(Reason.WRONG_PARTITION,
+                               f"stream {checked.stream!r} belongs on intake partition {home} "
+                               f"(Kafka's murmur2 keyed partitioner), not {partition}")
         part = self._parts[partition]
         pending_ids = self._pending.ids.setdefault(partition, {})
         if checked.event_id in pending_ids or checked.event_id in part.window:

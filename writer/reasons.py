@@ -34,6 +34,10 @@ class Reason(str, enum.Enum):
     """stream does not match [A-Za-z0-9._:-]{1,128}."""
     KEY_MISMATCH = "KEY_MISMATCH"
     """The Kafka message key is missing or differs from the capture's stream."""
+    WRONG_PARTITION = "WRONG_PARTITION"
+    """The capture is on another intake partition than its stream's (Kafka's murmur2 keyed
+    partitioner; librdkafka needs ``partitioner=murmur2_random``): sealing it there would start
+    a second chain of the same stream."""
     BAD_EVENT_ID = "BAD_EVENT_ID"
     """event_id is not a UUIDv7 in canonical lowercase text."""
     BAD_DIGEST = "BAD_DIGEST"

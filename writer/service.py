@@ -74,7 +74,8 @@ class WriterService:
         self._writer = {"writer_id": config.writer_id, "transactional_id": config.transactional_id,
                         "version": version()}
         self.sealer = Sealer(self._writer, config.topics.max_message_bytes,
-                             config.dedup_window_s * 1_000_000, config.dedup_max_ids)
+                             config.dedup_window_s * 1_000_000, config.dedup_max_ids,
+                             partitions=config.topics.partitions)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._reader: Consumer | None = None

@@ -389,3 +389,16 @@ def test_config_from_env_and_args():
 def test_digest_helpers_agree_with_fixture():
     e = make_capture(S)
     assert e["response_digest"] == response_digest(e["response_bytes"])
+
+
+def test_a_capture_on_another_partition_than_its_streams_is_rejected():
+    from evidence_contract.topics import partition_for
+
+    home = partition_for(S, 3)
+    s = Sealer(W, MAX, dedup_max_age_us=10**12, dedup_max_ids=1000, partitions=3)
+    for p in range(3):
+        s.assign(p, {}, s.new_window())
+    wrong = s.handle(_v(), S.encode(), (home + 1) % 3, 0, 10)
+    assert isinstance(wrong, Rejection) and wrong.reason == Reason.WRONG_PARTITION
+    assert f"partition {home}" in wrong.text
+    assert isinstance(s.handle(_v(), S.encode(), home, 0, 11), Sealed)
