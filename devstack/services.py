@@ -2,7 +2,9 @@
 
 A service exists when its module can be imported; until the writer, projector or API land,
 ``make up`` simply has fewer things to start. Each runs as ``python -m cli.main <name>`` with
-the stack's environment, its pid in ``.stack/services/<name>.pid`` and its output in
+the stack's environment under a supervisor (``devstack.supervise``: restarted with backoff
+when it exits, unless it exits 3, "do not restart me"), the supervisor's pid in
+``.stack/services/<name>.pid``, its state in ``<name>.state`` and both their output in
 ``.stack/services/<name>.log``.
 """
 
@@ -15,8 +17,11 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-from devstack.config import StackConfig, pid_alive, read_pid
-from devstack.procs import log, start_detached, stop_pid_file, wait_until
+from pathlib import Path
+
+from devstack.config import StackConfig, StackError, pid_alive, read_pid
+from devstack.procs import log, start_detached, stop_pid_file, tail, wait_until
+from devstack.supervise import read_state
 
 
 @dataclass(frozen=True)
@@ -52,24 +57,34 @@ def start_all(cfg: StackConfig, env: dict[str, str]) -> list[tuple[str, str]]:
         if pid is not None and pid_alive(pid):
             started.append((svc.name, f"running (pid {pid}, log {log_file})"))
             continue
-        pid = start_detached([sys.executable, "-m", "cli.main", svc.name], log_file, pid_file,
-                             env={**os.environ, **env}, cwd=cfg.root)
+        state_file = cfg.services_dir / f"{svc.name}.state"
+        state_file.unlink(missing_ok=True)
+        pid = start_detached([sys.executable, "-m", "devstack.supervise", svc.name,
+                              str(state_file), "--", sys.executable, "-m", "cli.main", svc.name],
+                             log_file, pid_file, env={**os.environ, **env}, cwd=cfg.root)
         if svc.health_path:
             url = cfg.api_url + svc.health_path
-            wait_until(f"service {svc.name}", lambda: _http_ok(url), 60, log_file, pid)
+            wait_until(f"service {svc.name}",
+                       lambda: _first_run_ok(state_file, log_file) and _http_ok(url), 60,
+                       log_file, pid)
         else:
             # No port to probe: give it a moment to fail loudly on bad config.
-            wait_until(f"service {svc.name}", lambda: _alive_for(pid, 2.0), 30, log_file, pid)
-        started.append((svc.name, f"started (pid {pid}, log {log_file})"))
+            wait_until(f"service {svc.name}", lambda: _first_run_ok(state_file, log_file, 2.0),
+                       30, log_file, pid)
+        started.append((svc.name, f"started (supervisor pid {pid}, log {log_file})"))
     return started
 
 
-_first_seen: dict[int, float] = {}
-
-
-def _alive_for(pid: int, seconds: float) -> bool:
-    t0 = _first_seen.setdefault(pid, time.monotonic())
-    return pid_alive(pid) and time.monotonic() - t0 >= seconds
+def _first_run_ok(state_file: Path, log_file: Path, seconds: float = 0.0) -> bool:
+    """The service's first run has lasted ``seconds``; a restart already is a start-up
+    failure (bad config, say), reported with the log's tail rather than retried forever."""
+    state = read_state(state_file)
+    if state is None:
+        return False
+    if state["restarts"] or state["pid"] is None:
+        raise StackError(f"{state['name']} exited {state['last_exit']} during start-up; see "
+                         f"{log_file}. Last lines:\n{tail(log_file)}")
+    return time.time() - state["started_at"] >= seconds
 
 
 def _http_ok(url: str) -> bool:
@@ -88,6 +103,11 @@ def describe(cfg: StackConfig) -> list[tuple[str, str]]:
         pid = read_pid(cfg.services_dir / f"{svc.name}.pid")
         if not svc.exists():
             continue
-        state = f"running (pid {pid})" if pid and pid_alive(pid) else "stopped"
-        rows.append((svc.name, state))
+        if not (pid and pid_alive(pid)):
+            rows.append((svc.name, "stopped"))
+            continue
+        st = read_state(cfg.services_dir / f"{svc.name}.state") or {}
+        last = f", last exit {st['last_exit']}" if st.get("last_exit") is not None else ""
+        rows.append((svc.name, f"{st.get('state', 'running')} (pid {st.get('pid')}, supervisor "
+                               f"{pid}, restarts {st.get('restarts', 0)}{last})"))
     return rows
