@@ -706,7 +706,13 @@ class Recorder:
         if not force and done < _RESEND_BATCH and now - self._last_ack < _ACK_INTERVAL_S:
             return
         assert self._spool is not None
-        self._spool.ack(done)
+        try:
+            self._spool.ack(done)
+        except SpoolError as e:
+            # The disk refuses (full?): the entries stay, delivered; acknowledged later.
+            self._last_ack = now
+            log.warning("cannot record %d deliveries in the spool yet: %s", done, e)
+            return
         for _ in range(done):
             self._track.popleft()
         self._last_ack = now

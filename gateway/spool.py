@@ -271,8 +271,8 @@ class Spool:
             raise SpoolError("spool is not open")
         if count <= 0 or not self._index:
             return
-        for _ in range(min(count, len(self._index))):
-            self._index.popleft()
+        popped = [self._index.popleft() for _ in range(min(count, len(self._index)))]
+        old_head = self._head
         self._head = self._index[0][0] if self._index else self._size
         try:
             if not self._index or self._head >= _COMPACT_BYTES:
@@ -280,6 +280,9 @@ class Spool:
             else:
                 self._write_head(self._gen, self._head)
         except OSError as e:
+            # Nothing was given up: memory says what the disk says (a later ack retries).
+            self._index.extendleft(reversed(popped))
+            self._head = old_head
             raise SpoolError(f"cannot record acknowledgement in spool {self.directory}: {e}") from e
 
     def _compact(self) -> None:
@@ -292,8 +295,9 @@ class Spool:
         new_fd = os.open(self._log_path(new_gen), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
                          0o600)
         try:
-            if rest:
-                os.write(new_fd, rest)
+            written = 0
+            while written < len(rest):
+                written += os.write(new_fd, rest[written:])
             os.fsync(new_fd)
             _fsync_dir(self.directory)
             self._write_head(new_gen, 0)

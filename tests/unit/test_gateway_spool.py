@@ -122,3 +122,22 @@ def test_nothing_is_lost_when_appends_and_acks_interleave(tmp_path):
                 s.ack(len(batch))
         out += pending(s)
     assert out == [(b"k", b"%d" % i) for i in range(50)]
+
+
+def test_an_ack_the_disk_refuses_gives_nothing_up(tmp_path, monkeypatch):
+    from evidence_client import SpoolError
+
+    with Spool(tmp_path / "s") as s:
+        s.append_many([(b"k", b"v%d" % i) for i in range(3)])
+
+        def refuse(*a, **k):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(s, "_write_head", refuse)
+        monkeypatch.setattr(s, "_compact", refuse)
+        with pytest.raises(SpoolError):
+            s.ack(2)
+        assert len(s) == 3 and [e.value for e in s.peek()] == [b"v0", b"v1", b"v2"]
+        monkeypatch.undo()
+        s.ack(2)
+        assert [e.value for e in s.peek()] == [b"v2"]
