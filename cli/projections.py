@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from server.logs import configure
+
+    configure()  # the rebuild's progress events, as JSON lines on stderr
     cfg = ProjectorConfig.from_env().with_args(args)
     if args.projections_command == "rebuild":
         return _rebuild(cfg, args)
