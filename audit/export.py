@@ -10,7 +10,8 @@ The files let anyone recompute every digest and the chain link with ``printf`` a
                     and each retrieved chunk (when the capture kept them)
 - ``response.bin``  the verbatim response body (when there is one)
 - ``error.bin``     the verbatim provider error body (when there is one)
-- ``output.txt``    the output text the provider adapter extracts (when it can)
+- ``output.txt``    the output text, as the record contract extracts it for the wire format
+                    (``evidence_contract.outputs``); when it cannot, VERIFY.md says why
 - ``record.json``   every field, digests and bytes as hex
 - ``VERIFY.md``     the commands, each with the digest it must print
 """
@@ -19,9 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from typing import Any
 
 from evidence_contract import HEADER_SIZE, fingerprint, split_record
+from evidence_contract.outputs import EXTRACTED
+
+from audit.verify import extract_output
 
 
 def _octal(b: bytes) -> str:
@@ -41,7 +46,13 @@ def _jsonable(v: Any) -> Any:
 def build_export(message: bytes, partition: int, offset: int,
                  output_text: str | None = None) -> tuple[dict[str, bytes], list[dict[str, str]]]:
     """Return ``(files, checks)``: file name → bytes, and the checks VERIFY.md lists
-    (each ``{"name", "command", "expected"}``; commands run in the export directory)."""
+    (each ``{"name", "command", "expected"}``; commands run in the export directory).
+
+    ``output_text`` is deprecated and ignored: the output text is the record contract's.
+    """
+    if output_text is not None:
+        warnings.warn("build_export(output_text=...) is ignored: the export extracts output "
+                      "text with evidence_contract.outputs", DeprecationWarning, stacklevel=2)
     stored_body, record = split_record(message)
     body, seal = record["body"], record["seal"]
     files: dict[str, bytes] = {"record.avro": bytes(message), "body.avro": stored_body}
@@ -89,11 +100,17 @@ def build_export(message: bytes, partition: int, offset: int,
                   body["response_digest"])
     if body["error_bytes"] is not None:
         files["error.bin"] = bytes(body["error_bytes"])
-    if output_text is not None and body["output_digest"] is not None:
-        files["output.txt"] = output_text.encode("utf-8")
-        check("output_digest = sha256(0x04 || UTF-8 output text)",
-              "{ printf '\\004'; cat output.txt; } | sha256sum | cut -d' ' -f1",
-              body["output_digest"])
+    unverifiable = None
+    if body["output_digest"] is not None and body["response_bytes"] is not None:
+        found, reason = extract_output(body)
+        if found.state == EXTRACTED:
+            files["output.txt"] = found.text.encode("utf-8")
+            check("output_digest = sha256(0x04 || UTF-8 output text)",
+                  "{ printf '\\004'; cat output.txt; } | sha256sum | cut -d' ' -f1",
+                  body["output_digest"])
+        else:
+            unverifiable = (f"it {reason}" if reason else
+                            f"its {found.kind} response holds no output text")
     seq_be = seal["seq"].to_bytes(8, "big")
     at_be = seal["occurred_at"].to_bytes(8, "big")
     check(f"record_digest = sha256(0x05 || prev_digest || be64(seq={seal['seq']}) || "
@@ -111,11 +128,12 @@ def build_export(message: bytes, partition: int, offset: int,
         "seal": _jsonable(seal),
     }
     files["record.json"] = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
-    files["VERIFY.md"] = _verify_md(body, seal, checks).encode()
+    files["VERIFY.md"] = _verify_md(body, seal, checks, unverifiable).encode()
     return files, checks
 
 
-def _verify_md(body: dict[str, Any], seal: dict[str, Any], checks: list[dict[str, str]]) -> str:
+def _verify_md(body: dict[str, Any], seal: dict[str, Any], checks: list[dict[str, str]],
+               unverifiable: str | None) -> str:
     lines = [
         f"# Verifying record {body['stream']} #{seal['seq']}",
         "",
@@ -129,6 +147,10 @@ def _verify_md(body: dict[str, Any], seal: dict[str, Any], checks: list[dict[str
     for i, c in enumerate(checks, 1):
         lines += [f"## {i}. {c['name']}", "", "```sh", c["command"], "```", "",
                   f"expected: `{c['expected']}`", ""]
+    if unverifiable is not None:
+        lines += ["## output_digest: not checked", "",
+                  f"The record seals an output_digest, but {unverifiable}; there is no "
+                  "output.txt.", ""]
     prev = bytes(seal["prev_digest"]).hex()
     lines += [
         "## The chain",

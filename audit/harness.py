@@ -22,6 +22,8 @@ from typing import Any, Callable, Mapping
 
 from evidence_contract import output_digest, record_digest, response_digest
 
+from audit.verify import extract_output
+
 __all__ = ["LiveTally", "Sampler", "Served", "check_reconstruction", "summary"]
 
 _DIGESTS = ("content_key", "response_digest", "output_digest", "input_digest",
@@ -160,7 +162,11 @@ class _Bucket:
 
 @dataclass
 class LiveTally:
-    """Live re-execution results, overall and by model id and by fingerprint."""
+    """Live re-execution results, overall and by model id and by fingerprint.
+
+    The live output text is the record contract's (``evidence_contract.outputs``) unless
+    ``output_text`` is given; a wire format the contract does not define is not compared.
+    """
 
     output_text: Callable[[Mapping[str, Any]], str | None] | None = None
     total: _Bucket = field(default_factory=_Bucket)
@@ -188,12 +194,20 @@ class LiveTally:
         recorded = body["response_digest"]
         response_ok = recorded is not None and response_digest(live) == bytes(recorded)
         output_ok = None
-        if body["output_digest"] is not None and self.output_text is not None:
-            try:
-                text = self.output_text({**body, "response_bytes": live})
-            except Exception:  # noqa: BLE001 - an unparseable live answer is a divergence
-                text = None
-            output_ok = text is not None and output_digest(text) == bytes(body["output_digest"])
+        if body["output_digest"] is not None:
+            answered = {**body, "response_bytes": live}
+            if self.output_text is None:
+                found, unknown = extract_output(answered)
+                text, comparable = found.text, unknown is None
+            else:
+                comparable = True
+                try:
+                    text = self.output_text(answered)
+                except Exception:  # noqa: BLE001 - an unparseable live answer is a divergence
+                    text = None
+            if comparable:
+                output_ok = (text is not None
+                             and output_digest(text) == bytes(body["output_digest"]))
         for b in buckets:
             b.response_match += response_ok
             if output_ok is not None:

@@ -29,6 +29,8 @@ class AuditReport:
     findings: list[Finding] = field(default_factory=list)
     projection_checked: bool = False
     projection_lag: int = 0                       # log records the projector has not reached
+    output_checks: dict[str, int] = field(default_factory=dict)
+    """Sealed output digests checked, by extraction state (``evidence_contract.outputs``)."""
 
     @property
     def clean(self) -> bool:
@@ -49,17 +51,18 @@ class AuditReport:
                         for s, n in sorted(self.streams.items())],
             "findings_by_kind": self.by_kind(),
             "findings": [f.to_dict() for f in self.findings],
+            "output_digest_checks": self.output_checks,
             "projection_checked": self.projection_checked,
             "projection_lag": self.projection_lag,
         }
 
 
-def _output_text() -> Callable | None:
-    try:
-        from evidence_client.adapters import output_text_for_body
-    except ImportError:
-        return None
-    return output_text_for_body
+def _output_text() -> None:
+    """Deprecated, always None: the auditor, exports and the harness take output text from
+    the record contract (``evidence_contract.outputs``) and need no extractor. Kept only so
+    that callers not yet updated (``cli/export.py``, ``cli/harness.py``) keep working;
+    remove it with them."""
+    return None
 
 
 def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
@@ -67,8 +70,7 @@ def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
               progress: Callable[[int, int], None] | None = None) -> AuditReport:
     from audit.kafka_log import read_heads, read_topic
 
-    auditor = LogAuditor(stream=stream, output_text=_output_text(),
-                         keep_index=database_url is not None)
+    auditor = LogAuditor(stream=stream, keep_index=database_url is not None)
     ends: dict[int, int] = {}
     for partition, offset, _key, value in read_topic(bootstrap, names.log, progress=progress,
                                                      ends=ends):
@@ -78,7 +80,7 @@ def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
         if stream is not None:
             heads = {k: v for k, v in heads.items() if k == stream}
         behind = [s for s, (seq, _d) in heads.items()
-                  if seq > (auditor.streams[s].last_seq if s in auditor.streams else 0)]
+                  if seq > (auditor.streams[s].head.seq if s in auditor.streams else 0)]
         if not behind:
             break
         more: dict[int, int] = {}
@@ -88,7 +90,8 @@ def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
         ends = more
     auditor.check_heads(heads)
     report = AuditReport({s: st.records for s, st in auditor.streams.items()},
-                         auditor.messages, list(auditor.findings))
+                         auditor.messages, list(auditor.findings),
+                         output_checks=dict(auditor.output_checks))
     if database_url is not None:
         from audit.projection_db import projected_positions, projection_rows
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from audit.verify import KINDS, Finding, LogAuditor, OutputText, compare_projection
+from audit.verify import KINDS, Finding, LogAuditor, compare_projection
 from projections.rows import record_row
 from evidence_contract import DecodeError
 
@@ -22,13 +22,15 @@ from evidence_contract import DecodeError
 class StreamAudit:
     """Feed :meth:`add_rows` with ``records`` rows (``RECORD_COLUMNS`` order) in
     ``(log_partition, log_offset)`` order, in as many chunks as you like; then
-    :meth:`check_head` and :meth:`to_dict`."""
+    :meth:`check_head` and :meth:`to_dict`. Output digests are recomputed with the record
+    contract's extraction and counted in ``to_dict()["output_digest_checks"]``.
+    """
 
-    def __init__(self, stream: str, output_text: OutputText | None = None) -> None:
+    def __init__(self, stream: str) -> None:
         self.stream = stream
         # No stream filter: a row whose record bytes belong to another stream must be
         # audited, not skipped.
-        self.auditor = LogAuditor(output_text=output_text, keep_index=True)
+        self.auditor = LogAuditor(keep_index=True)
         self.projection: list[Finding] = []
         self.rows = 0
 
@@ -49,20 +51,20 @@ class StreamAudit:
     def check_head(self, head: tuple[int, bytes] | None) -> None:
         """Compare the projection's head of the stream (seq, record_digest) with the tail."""
         st = self.auditor.streams.get(self.stream)
-        tail = (st.last_seq, st.last_digest) if st else (0, b"")
+        tail = (st.head.seq, st.head.digest) if st else (0, b"")
         if head is None:
             if st is not None:
                 self.auditor.findings.append(Finding(
-                    "head_mismatch", self.stream, st.last_seq, None, None,
+                    "head_mismatch", self.stream, st.head.seq,
                     "the projection has rows for this stream but no head"))
             return
         seq, digest = head[0], bytes(head[1])
         if (seq, digest) != tail:
             pos = st.last_pos if st and st.last_pos else (None, None)
             self.auditor.findings.append(Finding(
-                "head_mismatch", self.stream, tail[0], *pos,
+                "head_mismatch", self.stream, tail[0],
                 f"the projection's head is seq {seq} {digest.hex()[:16]}…, its rows end at "
-                f"seq {tail[0]} {tail[1].hex()[:16] if tail[1] else '-'}…"))
+                f"seq {tail[0]} {tail[1].hex()[:16] if tail[1] else '-'}…", *pos))
 
     @property
     def findings(self) -> list[Finding]:
@@ -78,7 +80,8 @@ class StreamAudit:
             "stream": self.stream,
             "clean": not findings,
             "records": self.rows,
-            "last_seq": st.last_seq if st else 0,
+            "last_seq": st.head.seq if st else 0,
             "findings_by_kind": {k: counts[k] for k in KINDS if k in counts},
             "findings": [f.to_dict() for f in findings],
+            "output_digest_checks": dict(self.auditor.output_checks),
         }

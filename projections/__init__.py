@@ -1,7 +1,7 @@
 """PostgreSQL projections of the evidence log: disposable, rebuilt from offset zero.
 
 - :mod:`projections.fold` — one projection step, pure: heads + records → rows, heads,
-  findings (gap, duplicate, broken_link, undecodable).
+  findings (the chain step's, ``evidence_contract.chain``).
 - :mod:`projections.rows` — a log message to a ``records`` row (pure).
 - :mod:`projections.ddl` — generation schemas, the stable ``evidence`` views, the swap.
 - :mod:`projections.store` — PostgreSQL: batches by binary COPY, positions in the same
@@ -25,33 +25,15 @@ from .errors import (
     RebuildMismatch,
     StoreError,
 )
-from .fold import (
-    BROKEN_LINK,
-    DUPLICATE,
-    FINDING_KINDS,
-    GAP,
-    UNDECODABLE,
-    Finding,
-    Folded,
-    Head,
-    Record,
-    Undecodable,
-    decode_message,
-    fold,
-)
+from .fold import Folded, ProjectedHead, Record, Undecodable, decode_message, fold
 from .rows import RECORD_COLUMNS, RECORD_TYPES, record_row
 
 __all__ = [
-    "BROKEN_LINK",
-    "DUPLICATE",
-    "FINDING_KINDS",
-    "Finding",
     "Folded",
-    "GAP",
     "GenerationChanged",
-    "Head",
     "LogError",
     "PositionsMoved",
+    "ProjectedHead",
     "ProjectionError",
     "ProjectorConfig",
     "RECORD_COLUMNS",
@@ -60,7 +42,6 @@ __all__ = [
     "RebuildMismatch",
     "Record",
     "StoreError",
-    "UNDECODABLE",
     "Undecodable",
     "decode_message",
     "fold",

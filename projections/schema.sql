@@ -67,14 +67,17 @@ create table {gen}.heads (
     record_digest  bytea   not null,
     record_count   bigint  not null,
     first_at       timestamptz not null,
-    last_at        timestamptz not null
+    last_at        timestamptz not null,
+    -- Seqs below seq that a gap skipped and that have not arrived since, as inclusive
+    -- ranges "a-b,c-d": a late one is then out_of_order, not a duplicate, in a later batch.
+    missing        text    not null default ''
 );
 
 create table {gen}.findings (
     id             bigserial primary key,
     stream         text,
     seq            bigint,
-    kind           text    not null,   -- gap | duplicate | broken_link | undecodable | ...
+    kind           text    not null,   -- evidence_contract.chain.KINDS
     detail         text    not null,
     log_partition  integer,
     log_offset     bigint,

@@ -226,7 +226,7 @@ class GenerationWriter:
         for f in folded.findings:
             m.findings.labels(f.kind).inc()
             log("warning", "finding", generation=self.generation, kind=f.kind, stream=f.stream,
-                seq=f.seq, partition=f.log_partition, offset=f.log_offset, detail=f.detail)
+                seq=f.seq, partition=f.partition, offset=f.offset, detail=f.detail)
         m.lag.set(sum(max(0, watermarks.get(p, 0) - o) for p, o in self.expected.items()))
         self.records += len(folded.rows)
         return len(folded.rows)

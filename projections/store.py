@@ -33,7 +33,7 @@ from psycopg.types.string import BytesBinaryDumper
 from . import ddl
 from .config import ProjectorConfig
 from .errors import GenerationChanged, PositionsMoved, StoreError
-from .fold import Finding, Folded, Head, Message, Record, fold
+from .fold import Folded, Message, ProjectedHead, Record, fold
 from .rows import RECORD_COLUMNS, RECORD_TYPES
 
 __all__ = ["GenerationInfo", "Store", "StreamSummary"]
@@ -211,19 +211,22 @@ class Store:
             if folded.heads:
                 with conn.cursor() as cur:
                     cur.executemany(
-                        f'insert into "{gen}".heads (stream, seq, record_digest, record_count, '
-                        f"first_at, last_at) values (%s, %s, %s, %s, %s, %s) "
+                        f'insert into "{gen}".heads ({", ".join(ProjectedHead.COLUMNS)}) '
+                        f"values (%s, %s, %s, %s, %s, %s, %s) "
                         f"on conflict (stream) do update set seq = excluded.seq, "
                         f"record_digest = excluded.record_digest, "
                         f"record_count = excluded.record_count, "
-                        f"first_at = excluded.first_at, last_at = excluded.last_at",
+                        f"first_at = excluded.first_at, last_at = excluded.last_at, "
+                        f"missing = excluded.missing",
                         [h.row() for h in folded.heads.values()])
             if folded.findings:
+                # The finding's log position goes to the table's log_partition/log_offset.
                 with conn.cursor() as cur:
                     cur.executemany(
-                        f'insert into "{gen}".findings ({", ".join(Finding.COLUMNS)}) '
-                        f"values (%s, %s, %s, %s, %s, %s)",
-                        [f.row() for f in folded.findings])
+                        f'insert into "{gen}".findings (stream, seq, kind, detail, '
+                        f"log_partition, log_offset) values (%s, %s, %s, %s, %s, %s)",
+                        [(f.stream, f.seq, f.kind, f.detail, f.partition, f.offset)
+                         for f in folded.findings])
             nxt = {p: max(expected[p], folded.next_offsets.get(p, 0), reached.get(p, 0))
                    for p in parts}
             conn.execute(
@@ -235,11 +238,11 @@ class Store:
         # 4. committed
         return Folded(folded.rows, folded.heads, folded.findings, nxt)
 
-    def _heads(self, gen: str, streams: list[str]) -> dict[str, Head]:
+    def _heads(self, gen: str, streams: list[str]) -> dict[str, ProjectedHead]:
         rows = self.conn.execute(
-            f"select stream, seq, record_digest, record_count, first_at, last_at "
+            f'select {", ".join(ProjectedHead.COLUMNS)} '
             f'from "{gen}".heads where stream = any(%s)', (streams,)).fetchall()
-        return {r[0]: Head(*r) for r in rows}
+        return {r[0]: ProjectedHead.of_row(tuple(r)) for r in rows}
 
     def _copy_records(self, gen: str, messages: Iterable[Message]) -> list[Message]:
         """COPY the rows of the Records among ``messages``; returns the messages, consumed

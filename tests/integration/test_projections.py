@@ -1,6 +1,7 @@
 """The projector against real Kafka and PostgreSQL: rows equal the log, positions in PG,
 restart without duplicates, findings."""
 
+import dataclasses
 import hashlib
 import os
 
@@ -108,6 +109,27 @@ def test_findings_for_gap_duplicate_broken_link_and_undecodable(projection_confi
     assert q(cfg, "select stream, seq, record_digest, record_count from {v}.heads") == [
         ("f", 6, s6.record_digest, 6)]
     assert sorted(r[0] for r in q(cfg, "select seq from {v}.records")) == [1, 2, 2, 4, 5, 6]
+
+
+def test_a_late_seq_in_a_later_batch_is_out_of_order_through_the_stored_head(
+        projection_config, topics, produce_log):
+    # The heads table keeps the seqs a gap skipped ("missing"): when seq 2 arrives after the
+    # projector stored 1 and 3, it is out of order; the same seq again is a duplicate.
+    cfg = projection_config
+    s1 = seal_record(make_body("o", 1), 1, GENESIS)
+    s2 = seal_record(make_body("o", 2), 2, s1.record_digest)
+    s3 = seal_record(make_body("o", 3), 3, s2.record_digest)
+    produce_log(topics, [s1, s3])
+    with running_projector(cfg):
+        wait_until("2 records", lambda: count(cfg) == 2)
+        assert q(cfg, "select seq, missing from {v}.heads") == [(3, "2-2")]
+        late, again = produce_log(topics, [s2, dataclasses.replace(s2)])
+        wait_until("4 records", lambda: count(cfg) == 4)
+        wait_until("3 findings", lambda: q(cfg, "select count(*) from {v}.findings")[0][0] == 3)
+    assert q(cfg, "select kind, seq, log_offset from {v}.findings order by log_offset") == [
+        ("gap", 3, s3.offset),
+        ("out_of_order", 2, late.offset), ("duplicate", 2, again.offset)]
+    assert q(cfg, "select seq, record_count, missing from {v}.heads") == [(3, 4, "")]
 
 
 def test_log_checksums_match_sql_digest(projection_config, topics, produce_chain):

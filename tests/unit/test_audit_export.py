@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from audit.export import build_export
-from evidence_contract import GENESIS, encode, output_digest, seal
-from tests.unit.test_audit_verify import WRITER, body, chain
+from evidence_contract import GENESIS, encode, seal
+from tests.unit.test_audit_verify import WRITER, answering, body, chain
 
 
 def _write(tmp_path, files):
@@ -24,10 +24,10 @@ def _commands(md: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 def test_every_command_prints_its_expected_digest(tmp_path, shell):
     recs = chain("acme:bot", 3)
-    b = body("acme:bot", 9)
-    b["output_digest"] = output_digest("Grüße, world")
+    b = answering(body("acme:bot", 9), "Grüße, world")
     rec = seal(b, 3, recs[-1]["seal"]["record_digest"], 1_800_000_000_123_456, WRITER, 2, 77)
-    files, checks = build_export(encode("EvidenceRecord", rec), 2, 77, output_text="Grüße, world")
+    files, checks = build_export(encode("EvidenceRecord", rec), 2, 77)
+    assert files["output.txt"] == "Grüße, world".encode()
     _write(tmp_path, files)
     md = files["VERIFY.md"].decode()
     cmds = _commands(md)
@@ -51,3 +51,13 @@ def test_a_tampered_export_fails_its_commands(tmp_path):
               if subprocess.run(["sh", "-c", c], cwd=tmp_path, capture_output=True,
                                 text=True).stdout.strip() != exp]
     assert len(failed) == 3  # body.avro, response_digest, record_digest
+
+
+def test_an_output_digest_of_an_unknown_wire_format_is_named_in_verify_md():
+    b = answering(body("s", 0), "hi", endpoint="https://llm.example/v2/generate")
+    files, checks = build_export(encode("EvidenceRecord", seal(b, 0, GENESIS, 1, WRITER, 0, 0)),
+                                 0, 0)
+    assert "output.txt" not in files
+    assert not any("output_digest" in c["name"] for c in checks)
+    md = files["VERIFY.md"].decode()
+    assert "## output_digest: not checked" in md and "/v2/generate" in md

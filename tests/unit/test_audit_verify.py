@@ -7,7 +7,16 @@ import copy
 
 from audit import LogAuditor, compare_projection
 from projections.rows import RECORD_COLUMNS, record_row
-from evidence_contract import GENESIS, content_key, encode, new_event_id, response_digest, seal
+from evidence_contract import (
+    GENESIS,
+    content_key,
+    encode,
+    new_event_id,
+    output_digest,
+    response_digest,
+    seal,
+)
+from evidence_contract.outputs import EXTRACTED, NO_TEXT, UNKNOWN_FORMAT
 from evidence_contract.vectors import committed_event
 
 WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
@@ -60,8 +69,19 @@ def test_a_clean_chain_has_no_findings():
 def test_gap_duplicate_and_broken_link_are_named():
     recs = chain("s", 4)
     values = enc(recs)
-    assert kinds(audit([values[0], values[2], values[3]])) == [("gap", 3), ("broken_link", 3)]
+    # The chain step: a gap is one finding; the link across it is not checked.
+    assert kinds(audit([values[0], values[2], values[3]])) == [("gap", 3)]
     assert kinds(audit([values[0], values[1], values[1], values[2]])) == [("duplicate", 2)]
+    forged = seal(body("s", 9), 2, b"\x07" * 32, 1_700_000_000_000_009, WRITER, 0, 9)
+    assert kinds(audit([values[0], values[1], encode("EvidenceRecord", forged)])) == [
+        ("broken_link", 3)]
+
+
+def test_a_lower_seq_not_seen_before_is_out_of_order():
+    values = enc(chain("s", 3))
+    a = audit([values[0], values[2], values[1], values[1]])
+    assert kinds(a) == [("gap", 3), ("out_of_order", 2), ("duplicate", 2)]
+    assert a.streams["s"].head.seq == 3 and a.streams["s"].head.missing == ()
 
 
 def test_altered_bytes_break_the_record_digest():
@@ -117,6 +137,55 @@ def test_a_rogue_record_at_the_tail_is_not_in_the_writer_heads():
     assert kinds(a) == [("not_sealed_by_writer", 4)]
     a = audit(enc(recs), heads={})
     assert kinds(a) == [("not_sealed_by_writer", 3)]
+
+
+def answering(b: dict, text: str, digest_of: str | None = None, endpoint: str | None = None,
+              response: bytes | None = None) -> dict:
+    """``b`` answering ``text`` in the OpenAI chat format (or ``response``), sealing the
+    output_digest of ``digest_of`` (default ``text``), at ``endpoint`` if given."""
+    resp = response if response is not None else (
+        '{"choices":[{"index":0,"message":{"content":"%s"}}]}' % text).encode()
+    b.update(response_bytes=resp, response_digest=response_digest(resp),
+             response_length=len(resp), output_digest=output_digest(digest_of or text))
+    if endpoint is not None:
+        b["provider"] = {**b["provider"], "endpoint": endpoint}
+    return b
+
+
+def _one(b: dict) -> LogAuditor:
+    return audit(enc([seal(b, 0, GENESIS, 1, WRITER, 0, 0)]))
+
+
+def test_output_digest_recomputes_from_the_contracts_output_text():
+    a = _one(answering(body("s", 0), "Hi!"))
+    assert kinds(a) == [] and a.output_checks[EXTRACTED] == 1
+    a = _one(answering(body("s", 0), "Hi!", digest_of="Bye!"))
+    assert kinds(a) == [("output_digest_mismatch", 1)]
+    assert "does not recompute" in a.findings[0].detail
+
+
+def test_an_output_digest_without_output_text_is_a_mismatch():
+    a = _one(answering(body("s", 0), "Hi!", response=b'{"choices":[]}'))
+    assert kinds(a) == [("output_digest_mismatch", 1)] and a.output_checks[NO_TEXT] == 1
+    assert "holds no output text" in a.findings[0].detail
+
+
+def test_an_output_digest_of_an_unknown_wire_format_is_unverifiable_not_skipped():
+    a = _one(answering(body("s", 0), "Hi!", endpoint="https://llm.example/v2/generate"))
+    assert kinds(a) == [("output_digest_unverifiable", 1)]
+    assert a.output_checks == {EXTRACTED: 0, NO_TEXT: 0, UNKNOWN_FORMAT: 1}
+    assert "cannot be recomputed" in a.findings[0].detail
+    assert "/v2/generate" in a.findings[0].detail
+    a = _one(answering(body("s", 0), "Hi!", endpoint="http://[::1/v1/chat/completions"))
+    assert kinds(a) == [("output_digest_unverifiable", 1)] and "does not parse" in \
+        a.findings[0].detail
+
+
+def test_an_output_digest_of_a_dropped_response_is_not_recomputed():
+    b = answering(body("s", 0), "Hi!")
+    b.update(response_bytes=None)
+    a = _one(b)
+    assert kinds(a) == [] and sum(a.output_checks.values()) == 0
 
 
 def test_undecodable_messages_are_findings():
@@ -195,6 +264,7 @@ def test_stream_audit_from_projection_rows():
     sa.add_rows(rows[2:])
     sa.check_head(head)
     assert sa.to_dict()["clean"] and sa.to_dict()["records"] == 3
+    assert sa.to_dict()["output_digest_checks"] == {EXTRACTED: 0, NO_TEXT: 0, UNKNOWN_FORMAT: 0}
 
     sa = StreamAudit("s")  # the last row deleted: the head names it
     sa.add_rows(rows[:2])

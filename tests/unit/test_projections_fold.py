@@ -2,19 +2,10 @@ from datetime import timedelta
 
 import pytest
 
-from projections.fold import (
-    BROKEN_LINK,
-    DUPLICATE,
-    GAP,
-    UNDECODABLE,
-    Head,
-    Record,
-    Undecodable,
-    decode_message,
-    fold,
-)
+from projections.fold import ProjectedHead, Record, Undecodable, decode_message, fold
 from projections.rows import RECORD_COLUMNS, RECORD_TYPES, record_row
 from evidence_contract import GENESIS, encode
+from evidence_contract.chain import BROKEN_LINK, DUPLICATE, GAP, OUT_OF_ORDER, UNDECODABLE, Head
 from tests.fixtures.log import chain, make_body, seal_record
 
 
@@ -32,7 +23,8 @@ def test_a_clean_chain_has_no_findings_and_its_head_is_the_last_record():
     assert out.findings == []
     assert [r[RECORD_COLUMNS.index("seq")] for r in out.rows] == [1, 2, 3, 4, 5]
     head = out.heads["a"]
-    assert (head.seq, head.record_digest, head.record_count) == (5, recs[-1].record_digest, 5)
+    assert (head.chain.seq, head.chain.digest, head.record_count) == (
+        5, recs[-1].record_digest, 5)
     assert head.first_at < head.last_at
     assert out.next_offsets == {0: 5}
 
@@ -42,7 +34,7 @@ def test_a_chain_split_over_batches_continues_from_the_given_head():
     first = fold({}, msgs(recs[:3]))
     second = fold(first.heads, msgs(recs[3:], first_offset=3))
     assert second.findings == []
-    assert second.heads["a"].seq == 6 and second.heads["a"].record_count == 6
+    assert second.heads["a"].chain.seq == 6 and second.heads["a"].record_count == 6
     assert second.heads["a"].first_at == first.heads["a"].first_at
 
 
@@ -50,7 +42,7 @@ def test_interleaved_streams_are_chained_independently():
     recs = chain({"a": 4, "b": 3, "c": 1})
     out = fold({}, msgs(recs))
     assert out.findings == []
-    assert {s: h.seq for s, h in out.heads.items()} == {"a": 4, "b": 3, "c": 1}
+    assert {s: h.chain.seq for s, h in out.heads.items()} == {"a": 4, "b": 3, "c": 1}
 
 
 def test_a_gap_is_reported_and_the_record_still_stored():
@@ -58,7 +50,7 @@ def test_a_gap_is_reported_and_the_record_still_stored():
     out = fold({}, msgs([recs[0], recs[3]]))
     assert kinds(out) == [(GAP, "a", 4)]
     assert "seqs 2..3 missing" in out.findings[0].detail
-    assert len(out.rows) == 2 and out.heads["a"].seq == 4
+    assert len(out.rows) == 2 and out.heads["a"].chain.seq == 4
 
 
 def test_a_first_record_above_one_is_a_gap():
@@ -73,7 +65,8 @@ def test_a_repeated_seq_is_a_duplicate_and_does_not_lower_the_head():
     out = fold({}, msgs([recs[0], recs[1], recs[2], recs[1]]))
     assert kinds(out) == [(DUPLICATE, "a", 2)]
     head = out.heads["a"]
-    assert (head.seq, head.record_digest, head.record_count) == (3, recs[2].record_digest, 4)
+    assert (head.chain.seq, head.chain.digest, head.record_count) == (
+        3, recs[2].record_digest, 4)
     assert len(out.rows) == 4
 
 
@@ -82,7 +75,8 @@ def test_a_wrong_prev_digest_is_a_broken_link():
     forged = seal_record(make_body("a", 3), 3, b"\x01" * 32)
     out = fold({}, msgs([*recs, forged]))
     assert kinds(out) == [(BROKEN_LINK, "a", 3)]
-    assert out.heads["a"].seq == 3 and out.heads["a"].record_digest == forged.record_digest
+    assert out.heads["a"].chain.seq == 3
+    assert out.heads["a"].chain.digest == forged.record_digest
 
 
 def test_the_first_record_must_chain_from_genesis():
@@ -93,7 +87,7 @@ def test_the_first_record_must_chain_from_genesis():
 def test_the_link_is_checked_against_the_given_head():
     recs = chain({"a": 2})
     t = record_row(recs[0].value, 0, 0)[RECORD_COLUMNS.index("occurred_at")]
-    stale = Head("a", 1, b"\x09" * 32, 1, t, t)
+    stale = ProjectedHead(Head("a", 1, b"\x09" * 32), 1, t, t)
     assert kinds(fold({"a": stale}, msgs(recs[1:]))) == [(BROKEN_LINK, "a", 2)]
 
 
@@ -104,23 +98,23 @@ def test_undecodable_messages_become_findings_with_their_position():
              decode_message(0, 3, None), decode_message(0, 4, recs[1].value)]
     assert all(isinstance(m, Undecodable) for m in batch[1:4])
     out = fold({}, batch)
-    assert [(f.kind, f.log_partition, f.log_offset) for f in out.findings] == [
+    assert [(f.kind, f.partition, f.offset) for f in out.findings] == [
         (UNDECODABLE, 0, 1), (UNDECODABLE, 0, 2), (UNDECODABLE, 0, 3)]
-    assert out.heads["a"].seq == 2 and out.next_offsets == {0: 5}
+    assert out.heads["a"].chain.seq == 2 and out.next_offsets == {0: 5}
 
 
 def test_messages_are_folded_in_partition_offset_order():
     recs = chain({"a": 3})
     batch = msgs(recs)
     out = fold({}, list(reversed(batch)))
-    assert out.findings == [] and out.heads["a"].seq == 3
+    assert out.findings == [] and out.heads["a"].chain.seq == 3
 
 
 def test_first_and_last_time_track_occurred_at_extremes():
     recs = chain({"a": 2})
     rows = [record_row(r.value, 0, i) for i, r in enumerate(recs)]
     t1 = rows[0][RECORD_COLUMNS.index("occurred_at")]
-    head = Head("a", 0, GENESIS, 0, t1 + timedelta(days=1), t1 - timedelta(days=1))
+    head = ProjectedHead(Head.genesis("a"), 0, t1 + timedelta(days=1), t1 - timedelta(days=1))
     out = fold({"a": head}, [Record(0, 0, rows[0])])
     assert out.heads["a"].first_at == t1 and out.heads["a"].last_at == t1
 
@@ -131,6 +125,31 @@ def test_fold_does_not_modify_the_heads_it_is_given():
     given = dict(first.heads)
     fold(given, msgs(recs[1:], first_offset=1))
     assert given == first.heads
+
+
+def test_a_late_seq_is_out_of_order_across_batches_through_the_stored_head():
+    # The heads table keeps the seqs a gap skipped: a head read back from its row tells a
+    # late seq (out_of_order) from one seen before (duplicate) in a later batch.
+    recs = chain({"a": 5})
+    first = fold({}, msgs([recs[0], recs[3]]))
+    assert kinds(first) == [(GAP, "a", 4)]
+    row = first.heads["a"].row()
+    assert row[ProjectedHead.COLUMNS.index("missing")] == "2-3"
+    stored = {"a": ProjectedHead.of_row(row)}
+    assert stored["a"].chain.missing == ((2, 3),)
+    second = fold(stored, msgs([recs[2], recs[2], recs[4]], first_offset=2))
+    assert kinds(second) == [(OUT_OF_ORDER, "a", 3), (DUPLICATE, "a", 3)]
+    head = second.heads["a"]
+    assert head.row()[ProjectedHead.COLUMNS.index("missing")] == "2-2"
+    assert ProjectedHead.of_row(head.row()) == ProjectedHead(
+        Head("a", 5, recs[4].record_digest, missing=((2, 2),)), 5, head.first_at, head.last_at)
+
+
+def test_a_head_without_missing_seqs_stores_empty_text():
+    out = fold({}, msgs(chain({"a": 2})))
+    row = out.heads["a"].row()
+    assert row[ProjectedHead.COLUMNS.index("missing")] == ""
+    assert ProjectedHead.of_row(row).chain.missing == ()
 
 
 def test_record_row_keeps_bytes_verbatim_and_matches_the_column_types():
