@@ -28,6 +28,7 @@ from confluent_kafka import (
 )
 
 from evidence_contract import GENESIS, record_digest, split_record
+from evidence_contract.topics import partition_for
 from server import kafka as server_kafka
 from tests.fixtures.writer import encode_capture, make_capture
 from topics import TopicSettings
@@ -45,7 +46,7 @@ SETTINGS = TopicSettings(partitions=2)
 NAMES = SETTINGS.names
 CONFIG = WriterConfig(bootstrap="fake:9092", topics=SETTINGS, transactional_id="tx-1",
                       group_id="g-1", writer_id="w-1", batch_linger_ms=0, metrics_port=0)
-STREAM = "acme:shell"  # one stream, so one partition (the tests put it on 0)
+STREAM = "acme:shell"  # one stream, so one partition: Kafka's murmur2 puts it on 0 of 2
 
 
 def kafka_error(code: int, *, retriable: bool = False, txn_requires_abort: bool = False,
@@ -310,6 +311,7 @@ class Fakes:
 
     def captures(self, n: int, partition: int = 0) -> list[str]:
         """Produce ``n`` captures of STREAM to intake (as the gateway would); their ids."""
+        assert partition_for(STREAM, SETTINGS.partitions) == partition, "not the stream's partition"
         ids = []
         for _ in range(n):
             event = make_capture(STREAM)
