@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from typing import Any
 
 from evidence_contract import HEADER_SIZE, fingerprint, split_record
@@ -43,16 +42,13 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def build_export(message: bytes, partition: int, offset: int,
-                 output_text: str | None = None) -> tuple[dict[str, bytes], list[dict[str, str]]]:
+def build_export(message: bytes, partition: int,
+                 offset: int) -> tuple[dict[str, bytes], list[dict[str, str]]]:
     """Return ``(files, checks)``: file name → bytes, and the checks VERIFY.md lists
     (each ``{"name", "command", "expected"}``; commands run in the export directory).
 
-    ``output_text`` is deprecated and ignored: the output text is the record contract's.
+    The output text is the record contract's (``evidence_contract.outputs``).
     """
-    if output_text is not None:
-        warnings.warn("build_export(output_text=...) is ignored: the export extracts output "
-                      "text with evidence_contract.outputs", DeprecationWarning, stacklevel=2)
     stored_body, record = split_record(message)
     body, seal = record["body"], record["seal"]
     files: dict[str, bytes] = {"record.avro": bytes(message), "body.avro": stored_body}

@@ -57,13 +57,6 @@ class AuditReport:
         }
 
 
-def _output_text() -> None:
-    """Deprecated, always None: the auditor, exports and the harness take output text from
-    the record contract (``evidence_contract.outputs``) and need no extractor. Kept only so
-    that callers not yet updated (``cli/export.py``, ``cli/harness.py``) keep working;
-    remove it with them."""
-    return None
-
 
 def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
               views: str = "evidence", stream: str | None = None,

@@ -29,7 +29,6 @@ def run(args: argparse.Namespace) -> int:
     from audit.export import build_export
     from audit.kafka_log import fetch_message
     from audit.projection_db import locate
-    from audit.run import _output_text
     from evidence_contract import split_record, valid_stream_id
     from topics import TopicSettings
 
@@ -63,14 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"evidence export: the log message at {where} is not {args.stream} #{args.seq}: "
               "the projection is stale or altered; run `evidence audit`", file=sys.stderr)
         return 1
-    text = None
-    extract = _output_text()
-    if extract is not None:
-        try:
-            text = extract(record["body"])
-        except Exception:  # noqa: BLE001 - no output text means no output check, not no export
-            text = None
-    files, checks = build_export(message, *where, output_text=text)
+    files, checks = build_export(message, *where)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         (args.out / name).write_bytes(data)

@@ -123,13 +123,12 @@ def _harness(args, env, bootstrap, api, key) -> dict:
     import httpx
 
     from audit.harness import LiveTally, Served, check_reconstruction, replay_expected
-    from audit.run import _output_text
 
     started = datetime.now(timezone.utc)
     sampler, undecodable = _read_sample(args, env, bootstrap)
     sample = sorted(sampler.kept, key=lambda x: (x[2]["body"]["stream"], x[2]["seal"]["seq"]))
     failures = []
-    live = LiveTally(output_text=_output_text()) if args.live_cmd else None
+    live = LiveTally() if args.live_cmd else None
     grace_until = time.monotonic() + _NOT_PROJECTED_GRACE_S
     with httpx.Client(base_url=api.rstrip("/"), timeout=30,
                       headers={"Authorization": f"Bearer {key}"}) as client:

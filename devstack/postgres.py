@@ -184,3 +184,19 @@ def remove(cfg: StackConfig) -> None:
     if pgdir.is_symlink():
         shutil.rmtree(pgdir.resolve(), ignore_errors=True)
         pgdir.unlink()
+
+
+def restart(cfg: StackConfig, mode: str = "immediate") -> None:
+    """``pg_ctl restart -m <mode>``: with "immediate", a crash and recovery, as the chaos
+    suite uses it."""
+    pgdir = cfg.postgres_dir.resolve()
+    data = pgdir / "data"
+    user = _run_as()
+    log(f"restarting PostgreSQL ({mode})")
+    r = subprocess.run(
+        _cmd(user, [str(bindir() / "pg_ctl"), "-D", str(data), "-l", str(pgdir / "postgres.log"),
+                    "-o", _options(cfg, pgdir), "-m", mode, "-w", "-t", str(int(READY_TIMEOUT)),
+                    "restart"]), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise StackError(f"PostgreSQL did not restart; see {cfg.postgres_log}\n"
+                         f"{r.stdout[-800:]}{r.stderr[-800:]}")

@@ -54,6 +54,8 @@ def wait_until(what: str, ready: Callable[[], bool], timeout: float, log_file: P
         try:
             if ready():
                 return
+        except StackError:
+            raise  # the probe has seen enough to know it will not become ready
         except Exception:  # noqa: BLE001 - readiness probes fail in many ways while starting
             pass
         if pid is not None and not pid_alive(pid):

@@ -61,7 +61,8 @@ def start_all(cfg: StackConfig, env: dict[str, str]) -> list[tuple[str, str]]:
         state_file.unlink(missing_ok=True)
         pid = start_detached([sys.executable, "-m", "devstack.supervise", svc.name,
                               str(state_file), "--", sys.executable, "-m", "cli.main", svc.name],
-                             log_file, pid_file, env={**os.environ, **env}, cwd=cfg.root)
+                             log_file, pid_file, cwd=cfg.root,
+                             env={**os.environ, **env, "EVIDENCE_API_PORT": str(cfg.api_port)})
         if svc.health_path:
             url = cfg.api_url + svc.health_path
             wait_until(f"service {svc.name}",

@@ -1,0 +1,91 @@
+"""One chaos load process: ``python -m chaos.load NAME OUT_FILE CONTROL_DIR``.
+
+Environment: ``EVIDENCE_KAFKA_BOOTSTRAP``, ``EVIDENCE_TOPIC_PREFIX``, ``CHAOS_SPOOL_ROOT``,
+``CHAOS_RATE`` (calls per second), ``CHAOS_STREAMS`` (streams per process),
+``CHAOS_CLOCK_SKEW_S`` (shift this process's wall clock: a producer with a wrong clock).
+
+Each call that returns appends ``<content_key hex> <stream>`` to OUT_FILE: the set of calls
+the application was told succeeded. While ``CONTROL_DIR/disk-full`` exists the process may
+not grow any file past 64 KiB (RLIMIT_FSIZE, SIGXFSZ ignored): its spool's disk is "full".
+SIGTERM ends the load; the Recorder is closed and its metrics written to OUT_FILE.metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+
+ANSWER = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
+).encode()
+
+
+def _skew_clock(seconds: float) -> None:
+    real = time.time_ns
+    shift = int(seconds * 1e9)
+    time.time_ns = lambda: real() + shift  # type: ignore[assignment]
+
+
+def main(argv: list[str]) -> int:
+    name, out_path, control = argv[0], Path(argv[1]), Path(argv[2])
+    skew = float(os.environ.get("CHAOS_CLOCK_SKEW_S", "0"))
+    if skew:
+        _skew_clock(skew)
+    import evidence_client
+    from evidence_client import Recorder
+
+    rate = float(os.environ.get("CHAOS_RATE", "20"))
+    streams = [f"chaos:{name}-{i}" for i in range(int(os.environ.get("CHAOS_STREAMS", "3")))]
+    recorder = Recorder(os.environ["EVIDENCE_KAFKA_BOOTSTRAP"],
+                        topic_prefix=os.environ["EVIDENCE_TOPIC_PREFIX"],
+                        spool_dir=os.environ["CHAOS_SPOOL_ROOT"], orphan_scan_s=2.0,
+                        delivery_timeout_ms=10_000, close_timeout=60)
+    client = recorder.http_client(transport=httpx2.MockTransport(
+        lambda r: httpx2.Response(200, content=ANSWER,
+                                  headers={"content-type": "application/json"})))
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    disk_full = False
+    n, t0 = 0, time.monotonic()
+    with open(out_path, "a", buffering=1) as out:
+        while not stop:
+            full = (control / "disk-full").exists()
+            if full != disk_full:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024 if full else soft, hard))
+                disk_full = full
+            stream = streams[n % len(streams)]
+            body = json.dumps({"model": "m", "messages": [
+                {"role": "user", "content": f"{name} call {n} at {time.time_ns()}"}]}).encode()
+            with evidence_client.stream(stream):
+                r = client.post("https://api.openai.com/v1/chat/completions", content=body,
+                                headers={"content-type": "application/json"})
+            if r.status_code == 200:
+                from evidence_contract import content_key
+
+                out.write(f"{content_key(body).hex()} {stream}\n")
+            n += 1
+            delay = t0 + n / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    recorder.close()
+    Path(f"{out_path}.metrics").write_text(json.dumps(recorder.metrics.snapshot()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

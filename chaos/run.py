@@ -1,0 +1,339 @@
+"""The chaos run: an isolated stack, load through the real gateway, a fault schedule, checks.
+
+    python -m chaos [--duration S] [--short] [--processes N] [--rate R] [--keep]
+
+Faults, spread over the run (``--short`` keeps one of each kind that matters most):
+writer kill -9, projector kill -9 (the supervisor restarts both), broker kill -9 and restart,
+PostgreSQL immediate restart (a crash and recovery), a load process's spool disk full for a
+while (RLIMIT_FSIZE), kill -9 of a load process (a live one adopts its spool), and one load
+process whose clock runs an hour ahead for the whole run.
+
+Checks, once the load has stopped: every call the application saw succeed was sealed exactly
+once (by content key, each request being unique), every stream's seqs are 1..n and chain
+(``evidence_contract.chain``, digests recomputed), the projection holds exactly the log's
+records, and ``evidence audit`` exits 0. One summary line; the report goes to
+``chaos/results/<UTC time>.json`` and ``latest.md``, the services' and load processes' logs to
+``chaos/results/last-logs/``. Exit 0 when everything holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "chaos" / "results"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _say(msg: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Run:
+    cfg: Any
+    env: dict[str, str]
+    work: Path
+    control: Path
+    spool_root: Path
+    rate: float
+    loads: dict[str, subprocess.Popen] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+
+    def fault(self, kind: str) -> None:
+        self.faults[kind] = self.faults.get(kind, 0) + 1
+
+    def start_load(self, name: str, skew_s: float = 0.0) -> None:
+        env = {**os.environ, **self.env, "CHAOS_SPOOL_ROOT": str(self.spool_root),
+               "CHAOS_RATE": str(self.rate), "CHAOS_CLOCK_SKEW_S": str(skew_s),
+               "PYTHONUNBUFFERED": "1"}
+        log = open(self.work / f"{name}.log", "ab")
+        self.loads[name] = subprocess.Popen(
+            [sys.executable, "-m", "chaos.load", name, str(self.work / f"{name}.calls"),
+             str(self.control)], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def service_pid(self, name: str) -> int | None:
+        from devstack.supervise import read_state
+
+        st = read_state(self.cfg.services_dir / f"{name}.state") or {}
+        return st.get("pid")
+
+    def kill_service(self, name: str) -> None:
+        pid = self.service_pid(name)
+        if pid:
+            _say(f"kill -9 {name} (pid {pid})")
+            os.kill(pid, signal.SIGKILL)
+            self.fault(f"{name}_kill")
+
+    def restarts(self, name: str) -> int:
+        from devstack.supervise import read_state
+
+        return (read_state(self.cfg.services_dir / f"{name}.state") or {}).get("restarts", 0)
+
+
+def _kill_broker(run: Run) -> None:
+    from devstack import kafka
+    from devstack.config import read_pid
+
+    pid = read_pid(run.cfg.kafka_dir / "pid")
+    _say(f"kill -9 the broker (pid {pid}); restart in 3 s")
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(3)
+    kafka.start(run.cfg)
+    run.fault("broker_kill")
+
+
+def _restart_postgres(run: Run) -> None:
+    from devstack import postgres
+
+    _say("PostgreSQL: immediate restart (crash and recovery)")
+    postgres.restart(run.cfg, "immediate")
+    run.fault("postgres_restart")
+
+
+def _disk_full(run: Run, seconds: float) -> None:
+    _say(f"spool disk full for {seconds:.0f} s (every load process)")
+    (run.control / "disk-full").touch()
+    time.sleep(seconds)
+    (run.control / "disk-full").unlink()
+    run.fault("spool_disk_full")
+
+
+def _kill_load(run: Run, name: str) -> None:
+    proc = run.loads[name]
+    _say(f"kill -9 load process {name} (pid {proc.pid}); a new one takes its place")
+    proc.kill()
+    proc.wait()
+    run.start_load(f"{name}b")
+    run.fault("load_kill")
+
+
+def _schedule(run: Run, duration: float, short: bool) -> list[tuple[float, Any]]:
+    kill = run.kill_service
+    plan = [
+        (0.10, lambda: kill("writer")),
+        (0.20, lambda: kill("projector")),
+        (0.30, lambda: _disk_full(run, max(3.0, duration * 0.08))),
+        (0.45, lambda: _kill_broker(run)),
+        (0.60, lambda: _restart_postgres(run)),
+        (0.70, lambda: _kill_load(run, "load-0")),
+    ]
+    if not short:
+        plan += [(0.80, lambda: kill("writer")), (0.88, lambda: kill("projector"))]
+    return [(at * duration, f) for at, f in plan]
+
+
+def _read_log(env: dict[str, str]) -> list[tuple[bytes, dict[str, Any], int, int]]:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from evidence_contract import split_record
+
+    topic = f"{env['EVIDENCE_TOPIC_PREFIX']}.log"
+    c = Consumer({"bootstrap.servers": env["EVIDENCE_KAFKA_BOOTSTRAP"],
+                  "group.id": f"chaos-{os.getpid()}", "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        md = c.list_topics(topic, timeout=30).topics[topic]
+        parts = [TopicPartition(topic, p, 0) for p in md.partitions]
+        c.assign(parts)
+        pending = {tp.partition for tp in parts}
+        out = []
+        deadline = time.monotonic() + 120
+        while pending and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(m.partition())
+                continue
+            body, rec = split_record(m.value())
+            out.append((body, rec, m.partition(), m.offset()))
+        return out
+    finally:
+        c.close()
+
+
+def _check(run: Run, submitted: dict[str, str]) -> dict[str, Any]:
+    """Wait for the log to hold every submitted capture, then check everything."""
+    from evidence_contract.chain import Head, Link, advance
+
+    deadline = time.monotonic() + 180
+    while True:
+        records = _read_log(run.env)
+        sealed_keys = [r[1]["body"]["content_key"].hex() for r in records]
+        missing = set(submitted) - set(sealed_keys)
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    counts: dict[str, int] = {}
+    for k in sealed_keys:
+        counts[k] = counts.get(k, 0) + 1
+    duplicated = sum(n - 1 for k, n in counts.items() if n > 1)
+    event_ids = [r[1]["body"]["event_id"] for r in records]
+    duplicated_events = len(event_ids) - len(set(event_ids))
+    heads: dict[str, Head] = {}
+    findings = []
+    for body, rec, _p, _o in sorted(records, key=lambda r: (r[2], r[3])):
+        stream = rec["body"]["stream"]
+        head, f = advance(heads.get(stream) or Head.genesis(stream), Link.of(rec, body))
+        heads[stream] = head
+        if f is not None:
+            findings.append(f.to_dict())
+    gaps = sum(1 for f in findings if f["kind"] == "gap")
+    projection = _check_projection(run, records)
+    audit = subprocess.run([sys.executable, "-m", "cli.main", "audit", "--json", "-"],
+                           env={**os.environ, **run.env}, cwd=ROOT, capture_output=True,
+                           text=True, timeout=600)
+    try:
+        audit_report = json.loads(audit.stdout)
+    except ValueError:
+        audit_report = {"error": audit.stdout[-2000:] + audit.stderr[-2000:]}
+    return {
+        "submitted": len(submitted), "sealed": len(records),
+        "lost": len(missing), "lost_keys": sorted(missing)[:20],
+        "duplicated": duplicated, "duplicated_event_ids": duplicated_events,
+        "gaps": gaps, "chain_findings": findings[:20],
+        "streams": len(heads), "projection": projection,
+        "audit_exit": audit.returncode,
+        "audit_findings": len(audit_report.get("findings", [])) if "findings" in audit_report
+        else None,
+        "audit_findings_by_kind": audit_report.get("findings_by_kind"),
+    }
+
+
+def _check_projection(run: Run, records: list) -> dict[str, Any]:
+    import psycopg
+
+    want = {(r[1]["body"]["stream"], r[1]["seal"]["seq"]): r[1]["seal"]["record_digest"]
+            for r in records}
+    deadline = time.monotonic() + 120
+    got: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            with psycopg.connect(run.env["EVIDENCE_DATABASE_URL"], connect_timeout=5) as conn:
+                got = {(s, q): bytes(d) for s, q, d in conn.execute(
+                    "select stream, seq, record_digest from evidence.records")}
+        except psycopg.Error:
+            got = {}
+        if got == want:
+            break
+        time.sleep(2)
+    return {"rows": len(got), "equal_to_log": got == want,
+            "missing": len(set(want) - set(got)), "extra": len(set(got) - set(want))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=180.0, help="seconds of load (180)")
+    ap.add_argument("--short", action="store_true", help="45 s, one fault of each main kind")
+    ap.add_argument("--processes", type=int, default=3, help="load processes (3)")
+    ap.add_argument("--rate", type=float, default=25.0, help="calls/s per process (25)")
+    ap.add_argument("--keep", action="store_true", help="keep the stack and its directory")
+    ap.add_argument("--report-dir", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    duration = 45.0 if args.short and args.duration == 180.0 else args.duration
+
+    from devstack import stack
+    from devstack.config import StackConfig
+
+    work = Path(tempfile.mkdtemp(prefix="evidence-chaos-"))
+    cfg = StackConfig(root=work, kafka_port=_free_port(), controller_port=_free_port(),
+                      postgres_port=_free_port(), api_port=_free_port(),
+                      cache=StackConfig.from_env().cache)
+    _say(f"an isolated stack under {work}")
+    # the services' metrics endpoints on free ports too: the stack may run beside `make up`
+    os.environ["EVIDENCE_WRITER_METRICS_PORT"] = str(_free_port())
+    os.environ["EVIDENCE_PROJECTOR_METRICS_PORT"] = str(_free_port())
+    env = stack.up(cfg)
+    control = work / "control"
+    control.mkdir()
+    run = Run(cfg, env, work, control, work / "spool", args.rate)
+    t0 = time.monotonic()
+    try:
+        for i in range(args.processes):
+            run.start_load(f"load-{i}", skew_s=3600.0 if i == 1 else 0.0)
+        run.fault("clock_skew")
+        for at, fault in _schedule(run, duration, args.short):
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            fault()
+        time.sleep(max(0.0, t0 + duration - time.monotonic()))
+        _say("load stops; every load process closes its Recorder")
+        for p in run.loads.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in run.loads.values():
+            try:
+                p.wait(120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        submitted: dict[str, str] = {}
+        metrics: dict[str, dict] = {}
+        for f in work.glob("*.calls"):
+            for line in f.read_text().splitlines():
+                key, stream = line.split()
+                submitted[key] = stream
+            m = Path(f"{f}.metrics")
+            if m.exists():
+                metrics[f.stem] = json.loads(m.read_text())
+        _say(f"{len(submitted)} calls returned to the application; checking the log")
+        result = _check(run, submitted)
+        result.update(faults=run.faults, duration_s=round(duration),
+                      restarts={n: run.restarts(n) for n in ("writer", "projector", "api")},
+                      load_metrics=metrics,
+                      spools_left=sorted(p.name for p in run.spool_root.iterdir())
+                      if run.spool_root.exists() else [])
+    finally:
+        logs = args.report_dir / "last-logs"
+        shutil.rmtree(logs, ignore_errors=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        for f in [*cfg.services_dir.glob("*.log"), *work.glob("*.log"), cfg.kafka_log]:
+            try:
+                shutil.copy(f, logs / f.name)
+            except OSError:
+                pass
+        if not args.keep:
+            for p in run.loads.values():
+                if p.poll() is None:
+                    p.kill()
+            stack.down(cfg, clean=True)
+            shutil.rmtree(work, ignore_errors=True)
+    ok = (result["lost"] == 0 and result["duplicated"] == 0 and result["gaps"] == 0
+          and not result["chain_findings"] and result["projection"]["equal_to_log"]
+          and result["audit_exit"] == 0)
+    result["passed"] = ok
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(result["faults"].items()))
+    summary = (f"chaos: {result['submitted']} captures submitted, {result['sealed']} sealed, "
+               f"{result['lost']} lost, {result['duplicated']} duplicated, {result['gaps']} gaps "
+               f"in {result['streams']} streams; projection {'= log' if result['projection']['equal_to_log'] else '!= log'}; "
+               f"audit exit {result['audit_exit']}; faults: {faults}; supervisor restarts "
+               f"{result['restarts']}; {'PASS' if ok else 'FAIL'}")
+    result["summary"] = summary
+    print(summary, flush=True)
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    (args.report_dir / f"{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
+    (args.report_dir / "latest.md").write_text(
+        f"# Last chaos run ({stamp}, {round(duration)} s)\n\n{summary}\n\n```json\n"
+        f"{json.dumps(result, indent=2, default=str)}\n```\n")
+    return 0 if ok else 1
