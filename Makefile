@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: up down test unit status bench lock
+.PHONY: up down test unit status bench chaos lock
 
 $(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m devstack up
 	$(PY) -m bench $(if $(QUICK),--quick) $(BENCH_ARGS)
+
+## chaos: load through the real gateway while writer, projector, broker and load processes
+##        are killed, PostgreSQL crashes, a spool disk fills and a clock is skewed, on an
+##        isolated stack of its own; then every capture is checked (SHORT=1: 45 s; DURATION=s)
+chaos: $(STAMP)
+	$(PY) -m chaos $(if $(SHORT),--short) $(if $(DURATION),--duration $(DURATION)) $(CHAOS_ARGS)
 
 status: $(STAMP)
 	$(PY) -m devstack status
