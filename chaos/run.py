@@ -265,12 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     # the services' metrics endpoints on free ports too: the stack may run beside `make up`
     os.environ["EVIDENCE_WRITER_METRICS_PORT"] = str(_free_port())
     os.environ["EVIDENCE_PROJECTOR_METRICS_PORT"] = str(_free_port())
-    env = stack.up(cfg)
     control = work / "control"
     control.mkdir()
-    run = Run(cfg, env, work, control, work / "spool", args.rate)
-    t0 = time.monotonic()
+    run = Run(cfg, {}, work, control, work / "spool", args.rate)
     try:
+        run.env = stack.up(cfg)
+        t0 = time.monotonic()
         for i in range(args.processes):
             run.start_load(f"load-{i}", skew_s=3600.0 if i == 1 else 0.0)
         run.fault("clock_skew")
