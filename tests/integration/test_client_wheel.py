@@ -33,7 +33,7 @@ from tests.fixtures.writer import ROOT, read_all, wait_for_count
 pytestmark = pytest.mark.integration
 
 SERVER_PACKAGES = ("api", "schemas", "topics", "writer", "projections", "cli", "devstack",
-                   "audit", "fidelity")
+                   "audit", "fidelity", "server", "testing", "chaos", "gateway")
 SERVER_DISTRIBUTIONS = ("evidence-store", "fastapi", "starlette", "uvicorn", "psycopg",
                         "psycopg-binary", "psycopg-pool", "psycopg2", "psycopg2-binary",
                         "jsonschema")
