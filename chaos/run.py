@@ -143,34 +143,12 @@ def _schedule(run: Run, duration: float, short: bool) -> list[tuple[float, Any]]
 
 
 def _read_log(env: dict[str, str]) -> list[tuple[bytes, dict[str, Any], int, int]]:
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
+    """Every committed record of the log: (body bytes, record, partition, offset)."""
+    from audit.kafka_log import read_topic
     from evidence_contract import split_record
 
-    topic = f"{env['EVIDENCE_TOPIC_PREFIX']}.log"
-    c = Consumer({"bootstrap.servers": env["EVIDENCE_KAFKA_BOOTSTRAP"],
-                  "group.id": f"chaos-{os.getpid()}", "isolation.level": "read_committed",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        md = c.list_topics(topic, timeout=30).topics[topic]
-        parts = [TopicPartition(topic, p, 0) for p in md.partitions]
-        c.assign(parts)
-        pending = {tp.partition for tp in parts}
-        out = []
-        deadline = time.monotonic() + 120
-        while pending and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(m.partition())
-                continue
-            body, rec = split_record(m.value())
-            out.append((body, rec, m.partition(), m.offset()))
-        return out
-    finally:
-        c.close()
+    return [(*split_record(value), p, o) for p, o, _k, value in
+            read_topic(env["EVIDENCE_KAFKA_BOOTSTRAP"], f"{env['EVIDENCE_TOPIC_PREFIX']}.log")]
 
 
 def _check(run: Run, submitted: dict[str, str]) -> dict[str, Any]:
