@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 import evidence_contract as contract
+from tests.fixtures import toolchains
 from tests.fixtures.writer import read_all, verify_log
 
 BUILD_TIMEOUT = 900  # a cold build downloads Maven and Go dependencies
@@ -55,7 +56,7 @@ SHARED = "ex-polyglot-shared"  # one stream chained from all three languages
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
+    path = toolchains.go() if name == "go" else shutil.which(name)
     if path is None:
         pytest.fail(f"`{name}` is not on PATH: the polyglot examples need Java 17+ with Maven "
                     f"and Go 1.24+ (see examples/README.md)")
