@@ -1,6 +1,7 @@
 """The evidence-store REST API (FastAPI) over the PostgreSQL read model.
 
-- :func:`create_app`, :func:`app_from_env` — the app (no I/O until its lifespan starts).
+- :func:`create_app`, :func:`app_from_env` — the app (no I/O until its lifespan starts);
+  :mod:`api.serving` serves it with bounds on slow and idle connections.
 - :class:`Settings` — configuration from the environment (:mod:`api.config`).
 - :func:`verify`, :class:`Original`, :class:`VerifyResult` — replay verification (pure).
 - :class:`Keyring`, :class:`Scope`, :class:`ApiKey` — API keys and their streams (pure).
@@ -17,7 +18,10 @@ from typing import Any
 
 from .auth import ApiKey, Keyring, Scope
 from .config import Settings
-from .errors import ApiError, ApiConfigError, InvalidRequest, NotFound, Unauthorized, Unavailable
+from .errors import (
+    ApiConfigError, ApiError, InvalidRequest, NotFound, PayloadTooLarge, RequestTimeout,
+    Unauthorized, Unavailable,
+)
 from .verify import Original, VerifyResult, verify
 
 __all__ = [
@@ -28,6 +32,8 @@ __all__ = [
     "Keyring",
     "NotFound",
     "Original",
+    "PayloadTooLarge",
+    "RequestTimeout",
     "Scope",
     "Settings",
     "Unauthorized",

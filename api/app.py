@@ -18,6 +18,12 @@ take what they need from ``app.state`` through :mod:`api.deps` (OpenAPI at ``/do
 
 Every other route needs ``Authorization: Bearer <key>``; a record outside the key's streams is
 a 404 exactly like a missing one. Errors are ``{"error", "message"}`` (see :mod:`api.errors`).
+
+Hostile input is answered, never served a traceback: request bodies have a size limit per
+route and a deadline (:mod:`api.limits`, outside the routes, so nothing is buffered past the
+limit), JSON is parsed strictly (:mod:`api.jsonbody`, strict pydantic types), metric labels
+come from fixed sets (:mod:`api.metrics`), and slow or idle connections are closed by the
+server (:mod:`api.serving`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from importlib import metadata
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -35,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .config import Settings
 from .db import Database
 from .errors import ApiError
+from .limits import BodyLimitMiddleware
 from .metrics import ApiMetrics, MetricsMiddleware
 from .responses import error_response
 from .routers import ROUTERS
@@ -44,7 +52,8 @@ __all__ = ["create_app", "app_from_env"]
 log = logging.getLogger("evidence.api")
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
+               405: "method_not_allowed", 408: "timeout", 413: "too_large",
+               415: "unsupported_media_type"}
 
 
 def _version() -> str:
@@ -52,6 +61,24 @@ def _version() -> str:
         return metadata.version("evidence-store")
     except metadata.PackageNotFoundError:
         return "0.0.0"
+
+
+class EvidenceApi(FastAPI):
+    """FastAPI, with the request bodies of ``openapi_extra`` kept exactly as written.
+
+    FastAPI passes ``openapi_extra`` through its OpenAPI models, whose numeric bounds are
+    floats: the verify body's ``maximum`` of 2^63 - 1 came out as 9.223372036854776e+18, a
+    different bound (2^63), and a client generated from the document could send a seq the
+    API refuses. Each such request body is put back verbatim once the document is built."""
+
+    def openapi(self) -> dict[str, Any]:
+        schema = super().openapi()  # built once and cached; putting the bodies back is cheap
+        for route in (r for router in ROUTERS for r in router.routes):
+            body = isinstance(route, APIRoute) and (route.openapi_extra or {}).get("requestBody")
+            if body:
+                for method in route.methods:
+                    schema["paths"][route.path_format][method.lower()]["requestBody"] = body
+        return schema
 
 
 def app_from_env() -> FastAPI:
@@ -71,7 +98,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(settings: Settings) -> FastAPI:
     """The app: its state (what :mod:`api.deps` injects), middleware, error handlers, routes."""
-    app = FastAPI(
+    app = EvidenceApi(
         title="evidence-store API", version=_version(), lifespan=_lifespan,
         description="Replay verification, record lookup and replay serving over the evidence "
                     "log's read model. Every route but /healthz, /readyz and /metrics needs "
@@ -83,6 +110,10 @@ def create_app(settings: Settings) -> FastAPI:
                             timeout=settings.db_timeout,
                             statement_timeout_ms=settings.statement_timeout_ms)
     app.state.metrics = ApiMetrics()
+    # The last added runs first: metrics see every answer, the body limits' 413s included.
+    app.add_middleware(BodyLimitMiddleware, default=settings.max_body_bytes,
+                       limits={("POST", "/replay/verify"): settings.max_verify_bytes},
+                       body_timeout=settings.body_timeout)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid)

@@ -21,7 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="log every request (off by default; /metrics counts them)")
     p.epilog = ("Configuration comes from the environment (`source .stack/env`): "
                 "EVIDENCE_DATABASE_URL, EVIDENCE_API_KEY + EVIDENCE_API_KEY_STREAMS, "
-                "EVIDENCE_API_KEYS_FILE, EVIDENCE_PG_VIEWS_SCHEMA, EVIDENCE_API_MAX_LAG. "
+                "EVIDENCE_API_KEYS_FILE, EVIDENCE_PG_VIEWS_SCHEMA, EVIDENCE_API_MAX_LAG; "
+                "limits: EVIDENCE_API_MAX_BODY_BYTES, EVIDENCE_API_MAX_VERIFY_BYTES, "
+                "EVIDENCE_API_BODY_TIMEOUT, EVIDENCE_API_HEADER_TIMEOUT, "
+                "EVIDENCE_API_KEEP_ALIVE_TIMEOUT, EVIDENCE_API_MAX_HEADER_BYTES (see api.config). "
                 "OpenAPI docs are served at /docs.")
 
 
@@ -32,11 +35,21 @@ def run(args: argparse.Namespace) -> int:
 
     from .app import create_app
     from .config import Settings
+    from .serving import uvicorn_config
 
     configure(args.log_level)
-    app = create_app(Settings.from_env())  # an ApiConfigError says what to set; exits 1
+    settings = Settings.from_env()  # an ApiConfigError says what to set; exits 1
+    app = create_app(settings)
     # log_config=None: uvicorn keeps its loggers but adds no handlers of its own, so its
     # lines reach the root handler above and come out as the same JSON lines.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.access_log, server_header=False, log_config=None)
-    return 0
+    # uvicorn_config adds the header, keep-alive and head-size bounds of the settings.
+    config = uvicorn_config(app, settings, host=args.host, port=args.port,
+                            log_level=args.log_level, access_log=args.access_log,
+                            server_header=False, log_config=None)
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    # As uvicorn.run does: a server that never started (port taken, ...) exits 3.
+    return 0 if server.started else 3

@@ -9,9 +9,19 @@
     EVIDENCE_API_POOL_MIN/_MAX   connection pool size (default 2 / 10)
     EVIDENCE_API_DB_TIMEOUT      seconds to wait for a pooled connection (default 5)
     EVIDENCE_API_STATEMENT_TIMEOUT_MS  per-query limit in PostgreSQL (default 5000)
+    EVIDENCE_API_MAX_BODY_BYTES  largest request body of any route but verify (default 1 MiB)
+    EVIDENCE_API_MAX_VERIFY_BYTES  largest POST /replay/verify body (default 8 MiB: a
+                                 replayed response of up to 6 MiB as base64)
+    EVIDENCE_API_BODY_TIMEOUT    seconds a request body may take to arrive (default 30)
+    EVIDENCE_API_HEADER_TIMEOUT  seconds a request head may take to arrive (default 10)
+    EVIDENCE_API_KEEP_ALIVE_TIMEOUT  seconds an idle keep-alive connection stays open (5)
+    EVIDENCE_API_MAX_HEADER_BYTES  largest request head, line and headers (default 16 KiB)
 
 At least one key must be configured: an API that nobody can call is a configuration mistake,
-and :class:`~api.errors.ApiConfigError` says how to fix it.
+and :class:`~api.errors.ApiConfigError` says how to fix it. Every key must pass
+:func:`api.auth.key_weakness` (32 bytes or more, about 128 bits of estimated entropy, no
+whitespace), and a keys file must be readable by its owner only (``chmod 600``): both are
+refused at start-up, with the reason, rather than served.
 """
 
 from __future__ import annotations
@@ -19,11 +29,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .auth import Keyring, parse_patterns
+from .auth import Keyring, key_weakness, parse_patterns
 from .errors import ApiConfigError
 
 __all__ = ["Settings", "load_keyring"]
@@ -47,15 +58,35 @@ def load_keyring(env: Mapping[str, str]) -> Keyring:
     if not entries:
         raise ApiConfigError("no API key configured: set EVIDENCE_API_KEY and "
                           "EVIDENCE_API_KEY_STREAMS, or EVIDENCE_API_KEYS_FILE")
-    return Keyring(entries)
+    ring = Keyring(entries)
+    # Strength last, so a malformed entry is reported as such first.
+    for i, (name, key, _patterns) in enumerate(entries):
+        weakness = key_weakness(key)
+        if weakness is not None:
+            where = ("EVIDENCE_API_KEY" if i == 0 and dev_key
+                     else f"API key {name!r} of EVIDENCE_API_KEYS_FILE")
+            raise ApiConfigError(f"{where} is too weak: {weakness}. A key needs 32 bytes or "
+                                 f"more and about 128 bits of entropy; make one with "
+                                 f"`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+    return ring
 
 
 def _read_keys_file(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ApiConfigError(f"EVIDENCE_API_KEYS_FILE {path}: cannot read it: {e.strerror}") from e
-    except (UnicodeDecodeError, ValueError) as e:
+    except UnicodeDecodeError as e:
+        raise ApiConfigError(f"EVIDENCE_API_KEYS_FILE {path}: not JSON: {e}") from e
+    if mode & 0o077:
+        raise ApiConfigError(
+            f"EVIDENCE_API_KEYS_FILE {path} may be read or written by its group or by others "
+            f"(mode {stat.S_IMODE(mode):04o}); it holds API keys, so the API refuses it: "
+            f"`chmod 600 {path}`")
+    try:
+        data = json.loads(text)
+    except ValueError as e:
         raise ApiConfigError(f"EVIDENCE_API_KEYS_FILE {path}: not JSON: {e}") from e
     if not isinstance(data, list):
         raise ApiConfigError(f'EVIDENCE_API_KEYS_FILE {path}: expected a JSON list of '
@@ -100,8 +131,8 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw) if raw else default
     except ValueError:
         raise ApiConfigError(f"{name}={raw!r} is not a number") from None
-    if not value > 0:
-        raise ApiConfigError(f"{name}={raw!r} must be positive")
+    if not 0 < value < float("inf"):
+        raise ApiConfigError(f"{name}={raw!r} must be a positive number of seconds")
     return value
 
 
@@ -115,6 +146,12 @@ class Settings:
     pool_max: int = 10
     db_timeout: float = 5.0
     statement_timeout_ms: int = 5_000
+    max_body_bytes: int = 1 << 20
+    max_verify_bytes: int = 8 << 20
+    body_timeout: float = 30.0
+    header_timeout: float = 10.0
+    keep_alive_timeout: float = 5.0
+    max_header_bytes: int = 16 << 10
 
     def __post_init__(self) -> None:
         if not _SCHEMA_RE.fullmatch(self.views_schema):
@@ -141,4 +178,10 @@ class Settings:
             pool_max=_int(env, "EVIDENCE_API_POOL_MAX", max(10, pool_min), low=1),
             db_timeout=_float(env, "EVIDENCE_API_DB_TIMEOUT", 5.0),
             statement_timeout_ms=_int(env, "EVIDENCE_API_STATEMENT_TIMEOUT_MS", 5_000, low=1),
+            max_body_bytes=_int(env, "EVIDENCE_API_MAX_BODY_BYTES", 1 << 20, low=1),
+            max_verify_bytes=_int(env, "EVIDENCE_API_MAX_VERIFY_BYTES", 8 << 20, low=1),
+            body_timeout=_float(env, "EVIDENCE_API_BODY_TIMEOUT", 30.0),
+            header_timeout=_float(env, "EVIDENCE_API_HEADER_TIMEOUT", 10.0),
+            keep_alive_timeout=_float(env, "EVIDENCE_API_KEEP_ALIVE_TIMEOUT", 5.0),
+            max_header_bytes=_int(env, "EVIDENCE_API_MAX_HEADER_BYTES", 16 << 10, low=1024),
         )

@@ -5,6 +5,14 @@ projection rebuild swaps under the API without it noticing. Each request runs on
 query on a pooled autocommit connection: no transaction to open or close, and psycopg prepares
 a statement after its fifth use on a connection, so the hot path is a single round trip.
 
+A lookup by event id is scoped to the caller's streams in SQL: an event id is unique only
+within what one writer dedups, so a record of another stream that reuses it must neither hide
+the caller's record nor be verified in its place.
+
+The pool checks a connection as it hands it out (:func:`check_connection`): after a
+PostgreSQL restart or a terminated backend, the pooled connections are dead, and without the
+check each would fail one request (503) before the pool replaced it.
+
 :func:`translate` is the one place where psycopg and pool errors become
 :class:`~api.errors.Unavailable` (503 with Retry-After).
 """
@@ -23,7 +31,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from .auth import Scope
 from .errors import Unavailable
 
-__all__ = ["Database", "META_COLUMNS", "BYTES_COLUMNS", "VERIFY_COLUMNS", "translate"]
+__all__ = ["APPLICATION_NAME", "BYTES_COLUMNS", "Database", "META_COLUMNS", "VERIFY_COLUMNS",
+           "check_connection", "translate"]
 
 log = logging.getLogger("evidence.api")
 
@@ -43,6 +52,30 @@ VERIFY_COLUMNS = ("stream", "seq", "output_digest", "response_digest", "determin
 HEAD_COLUMNS = ("stream", "seq", "record_digest", "record_count", "first_at", "last_at")
 FINDING_COLUMNS = ("id", "stream", "seq", "kind", "detail", "log_partition", "log_offset",
                    "found_at")
+
+APPLICATION_NAME = "evidence-api"
+"""The pool's connections' ``application_name`` in ``pg_stat_activity``."""
+
+
+async def check_connection(conn: psycopg.AsyncConnection) -> None:
+    """Raise if PostgreSQL has closed ``conn``: the pool then discards it and hands out
+    another (psycopg_pool's ``check`` on checkout).
+
+    A backend that is terminated (``pg_terminate_backend``, a restart, a crash) sends a FATAL
+    message and closes its socket; both are waiting on the connection when it is next taken
+    from the pool. Reading what is waiting, without blocking, finds them: the first read
+    takes the message, the second meets the end of the stream and raises. That costs two
+    ``recv`` calls, where ``AsyncConnectionPool.check_connection`` (an empty query) costs a
+    round trip on every request (116 us on loopback, about as long as the verify query). A
+    server that vanished without closing (a partitioned host) is not seen by either: the
+    statement timeout and the pool's timeout bound that request, and the broken connection
+    is not returned to the pool."""
+    pgconn = conn.pgconn
+    for _ in range(2):
+        pgconn.consume_input()  # raises OperationalError once the server has closed
+    if pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError("the connection is closed")
+
 
 # A duplicate seq is kept in the read model (and reported as a finding); lookups answer the
 # earliest copy in log order, the one the chain was built on.
@@ -75,8 +108,9 @@ class Database:
         self.timeout = timeout
         self._pool_args = dict(
             conninfo=url, min_size=min_size, max_size=max_size, open=False, timeout=timeout,
-            name="evidence-api",
+            name="evidence-api", check=check_connection,
             kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout)),
+                    "application_name": APPLICATION_NAME,
                     "options": f"-c statement_timeout={statement_timeout_ms}"})
         self._pool: AsyncConnectionPool | None = None
         v = f'"{views}"'  # validated as a plain identifier by Settings
@@ -88,14 +122,16 @@ class Database:
         self._q = {
             "verify_seq": f"select {verify_cols} from {v}.records "
                           f"where stream = %s and seq = %s {_FIRST}",
+            # by event id: "{scope}" is the caller's stream condition (Scope.sql)
             "verify_event": f"select {verify_cols} from {v}.records "
-                            f"where event_id = %s {_FIRST}",
+                            f"where event_id = %s and {{scope}} {_FIRST}",
             "meta_seq": f"select {cols} from {v}.records where stream = %s and seq = %s {_FIRST}",
             "full_seq": f"select {cols}, {', '.join(BYTES_COLUMNS)} from {v}.records "
                         f"where stream = %s and seq = %s {_FIRST}",
-            "meta_event": f"select {cols} from {v}.records where event_id = %s {_FIRST}",
+            "meta_event": f"select {cols} from {v}.records "
+                          f"where event_id = %s and {{scope}} {_FIRST}",
             "full_event": f"select {cols}, {', '.join(BYTES_COLUMNS)} from {v}.records "
-                          f"where event_id = %s {_FIRST}",
+                          f"where event_id = %s and {{scope}} {_FIRST}",
             "meta_page": f"select {cols} {page}",
             "full_page": f"select {cols}, {', '.join(BYTES_COLUMNS)} {page}",
             "head": f"select {', '.join(HEAD_COLUMNS)} from {v}.heads where stream = %s",
@@ -139,19 +175,27 @@ class Database:
     # -- records -------------------------------------------------------------------------
 
     async def verify_row(self, stream: str | None, seq: int | None,
-                         event_id: uuid.UUID | None) -> tuple[Any, ...] | None:
-        """``VERIFY_COLUMNS`` of one record, by (stream, seq) or by event id."""
+                         event_id: uuid.UUID | None, scope: Scope) -> tuple[Any, ...] | None:
+        """``VERIFY_COLUMNS`` of one record, by (stream, seq) or by event id among the
+        streams of ``scope`` (the caller checks a stream it names against the scope)."""
         if event_id is not None:
-            return await self._one("verify", self._q["verify_event"], (event_id,))
+            return await self._by_event("verify", "verify_event", event_id, scope)
         return await self._one("verify", self._q["verify_seq"], (stream, Int8(seq)))
 
     async def record(self, stream: str, seq: int, with_bytes: bool) -> tuple[Any, ...] | None:
         return await self._one("record", self._q["full_seq" if with_bytes else "meta_seq"],
                                (stream, Int8(seq)))
 
-    async def event(self, event_id: uuid.UUID, with_bytes: bool) -> tuple[Any, ...] | None:
-        return await self._one("event", self._q["full_event" if with_bytes else "meta_event"],
-                               (event_id,))
+    async def event(self, event_id: uuid.UUID, with_bytes: bool,
+                    scope: Scope) -> tuple[Any, ...] | None:
+        """The earliest record with ``event_id`` among the streams of ``scope``."""
+        return await self._by_event("event", "full_event" if with_bytes else "meta_event",
+                                    event_id, scope)
+
+    async def _by_event(self, what: str, query: str, event_id: uuid.UUID,
+                        scope: Scope) -> tuple[Any, ...] | None:
+        cond, params = scope.sql()
+        return await self._one(what, self._q[query].format(scope=cond), (event_id, *params))
 
     async def page(self, stream: str, after_seq: int, limit: int,
                    with_bytes: bool = False) -> list[tuple[Any, ...]]:

@@ -4,6 +4,8 @@
     └── ApiError               an answer other than 2xx, with a stable ``error`` code
         ├── Unauthorized       401 unauthorized   missing or unknown API key
         ├── NotFound           404 not_found      absent, or outside the key's streams
+        ├── RequestTimeout     408 timeout        the request body did not arrive in time
+        ├── PayloadTooLarge    413 too_large      the body is over its route's size limit
         ├── InvalidRequest     422 invalid_request malformed path, query or body
         └── Unavailable        503 unavailable    the database cannot answer (Retry-After)
     ApiConfigError                bad settings at start-up (never an HTTP answer)
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 from evidence_contract import EvidenceError
 
-__all__ = ["ApiError", "ApiConfigError", "InvalidRequest", "NotFound", "Unauthorized", "Unavailable"]
+__all__ = ["ApiError", "ApiConfigError", "InvalidRequest", "NotFound", "PayloadTooLarge",
+           "RequestTimeout", "Unauthorized", "Unavailable"]
 
 
 class ApiError(EvidenceError):
@@ -42,6 +45,25 @@ class Unauthorized(ApiError):
 
 class NotFound(ApiError):
     status, code = 404, "not_found"
+
+
+class RequestTimeout(ApiError):
+    """The body did not arrive within EVIDENCE_API_BODY_TIMEOUT; the connection is closed."""
+
+    status, code = 408, "timeout"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, {"Connection": "close"})
+
+
+class PayloadTooLarge(ApiError):
+    """The body is over its route's limit (:mod:`api.limits`); the connection is closed, so
+    the rest of the body is never read."""
+
+    status, code = 413, "too_large"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, {"Connection": "close"})
 
 
 class InvalidRequest(ApiError):

@@ -7,7 +7,10 @@
     evidence_api_database_up                              1 if the last DB probe answered
 
 Labels never carry stream ids, event ids or keys: the route template, not the path, so a
-scrape reveals no tenant's data and the series count stays bounded. That is why ``/metrics``
+scrape reveals no tenant's data. Every label comes from a fixed set, so the series count is
+bounded whatever clients send: ``method`` is one of :data:`METHODS` (an HTTP server accepts any
+token as a method, and each made-up one would otherwise be a series of its own), ``route`` a
+template of the app's routes, and ``"other"`` stands for anything else. That is why ``/metrics``
 is served without an API key (like ``/healthz``), on the 127.0.0.1 listener; put it behind the
 same network policy as any Prometheus target if the API is exposed further.
 """
@@ -19,7 +22,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["ApiMetrics", "MetricsMiddleware"]
+__all__ = ["METHODS", "OTHER", "ApiMetrics", "MetricsMiddleware"]
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
+                     "CONNECT"})
+"""The methods of RFC 9110 and RFC 5789: the only ``method`` label values besides OTHER."""
+OTHER = "other"
 
 _BUCKETS = (.0005, .001, .0025, .005, .0075, .01, .025, .05, .075, .1, .25, .5, 1, 2.5, 5)
 
@@ -87,6 +95,9 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "<unmatched>"
-            self.metrics.observe(scope["method"], template, status, time.perf_counter() - start)
+            method = scope["method"]
+            if method not in METHODS:
+                method = OTHER
+            # A route's template is fixed when the app is built; no route matched is OTHER.
+            template = getattr(scope.get("route"), "path", None) or OTHER
+            self.metrics.observe(method, template, status, time.perf_counter() - start)

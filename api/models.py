@@ -9,47 +9,89 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StrictStr, WithJsonSchema,
+    model_validator,
+)
 
-from evidence_contract import STREAM_ID_RE
+from evidence_contract import STREAM_ID_RE, valid_event_id
+from evidence_contract.model import EVENT_ID_RE
 
 from .db import FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
 __all__ = [
-    "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
+    "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
     "ErrorBody", "FindingOut", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
 ]
 
 MAX_SEQ = (1 << 63) - 1
 STREAM_PATTERN = "^" + STREAM_ID_RE.pattern + "$"
+EVENT_PATTERN = "^" + EVENT_ID_RE.pattern + "$"
 FINDINGS_SHOWN = 100
 """How many findings an answer lists; it gives their count in full."""
 
 
 class ErrorBody(BaseModel):
     error: str = Field(description="stable code: unauthorized, not_found, invalid_request, "
-                                   "unavailable, method_not_allowed, internal")
+                                   "invalid_manifest, too_large, timeout, unavailable, "
+                                   "method_not_allowed, internal")
     message: str = Field(description="what went wrong, for people")
 
 
+_BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+# Strict: a JSON true is not seq 1, nor are "1", 1.0 or 1e3; a stream or event id is a string.
+StreamField = Annotated[StrictStr, Field(pattern=STREAM_PATTERN)]
+SeqField = Annotated[StrictInt, Field(ge=1, le=MAX_SEQ)]
+# Checked by the model (for a message that says what an event id is); documented by pattern.
+EventIdField = Annotated[StrictStr, WithJsonSchema({"type": "string", "pattern": EVENT_PATTERN})]
+Base64Field = Annotated[StrictStr, WithJsonSchema({"type": "string", "pattern": _BASE64_PATTERN})]
+
+
+def _one_of(*branches: tuple[tuple[str, ...], tuple[str, ...]]) -> dict[str, Any]:
+    """JSON Schema for "exactly one of these groups of fields": each branch requires its
+    fields (non-null) and has the other groups' fields absent or null."""
+    schemas = []
+    for present, absent in branches:
+        props: dict[str, Any] = {f: {"not": {"type": "null"}} for f in present}
+        props.update({f: {"type": "null"} for f in absent})
+        schemas.append({"required": list(present), "properties": props})
+    return {"oneOf": schemas}
+
+
+_RECORD, _EVENT = ("stream", "seq"), ("event_id",)
+_OUTPUT, _RESPONSE = ("replayed_output",), ("replayed_response_b64",)
+
+
 class VerifyRequest(BaseModel):
-    """The record, by ``stream`` + ``seq`` or by ``event_id``, and exactly one replayed value."""
+    """The record, by ``stream`` + ``seq`` or by ``event_id``, and exactly one replayed value.
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"stream": "acme:support.chat", "seq": 12, "replayed_output": "Hi!"},
-        {"event_id": "0190b6d2-7c3e-7a51-9f00-1234567890ab", "replayed_response_b64": "e30="},
-    ]})
+    Both either/or rules are in the JSON Schema too (``allOf`` of two ``oneOf``), so a client
+    or a fuzzer generated from the OpenAPI document sends what the handler accepts. A null
+    field is the same as an absent one."""
 
-    stream: str | None = Field(None, pattern=STREAM_PATTERN, description="stream id of the record")
-    seq: int | None = Field(None, ge=1, le=MAX_SEQ, description="seq of the record in the stream")
-    event_id: str | None = Field(None, description="the capture's event id (UUID)")
-    replayed_output: str | None = Field(
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [
+            {"stream": "acme:support.chat", "seq": 12, "replayed_output": "Hi!"},
+            {"event_id": "0190b6d2-7c3e-7a51-9f00-1234567890ab",
+             "replayed_response_b64": "e30="},
+        ],
+        "allOf": [_one_of((_RECORD, _EVENT), (_EVENT, _RECORD)),
+                  _one_of((_OUTPUT, _RESPONSE), (_RESPONSE, _OUTPUT))],
+    })
+
+    stream: StreamField | None = Field(None, description="stream id of the record")
+    seq: SeqField | None = Field(None, description="seq of the record in the stream: a JSON "
+                                                   "integer >= 1 (not a string, float or bool)")
+    event_id: EventIdField | None = Field(
+        None, description="the capture's event id: a UUIDv7 in canonical lowercase text")
+    replayed_output: StrictStr | None = Field(
         None, description="re-executed output text; compared with output_digest = "
                           "sha256(0x04 || utf8(text))")
-    replayed_response_b64: str | None = Field(
+    replayed_response_b64: Base64Field | None = Field(
         None, description="re-executed verbatim response body, base64 (standard alphabet); "
                           "compared with response_digest = sha256(0x01 || bytes)")
 
@@ -62,10 +104,10 @@ class VerifyRequest(BaseModel):
             if self.stream is not None or self.seq is not None:
                 raise ValueError("name the record either by stream and seq or by event_id, "
                                  "not both")
-            try:
-                self._event_uuid = uuid.UUID(self.event_id)
-            except ValueError:
-                raise ValueError(f"event_id {self.event_id[:64]!r} is not a UUID") from None
+            if not valid_event_id(self.event_id):
+                raise ValueError(f"event_id {self.event_id[:64]!r} is not a UUID in canonical "
+                                 f"form (a capture's event id is a lowercase UUIDv7)")
+            self._event_uuid = uuid.UUID(self.event_id)
         elif self.seq is not None and self.stream is None:
             raise ValueError("seq needs stream: give both, or event_id instead")
         elif self.stream is not None and self.seq is None:

@@ -12,11 +12,16 @@ from fastapi.responses import JSONResponse
 
 from .models import ErrorBody
 
-__all__ = ["ERRORS", "PUBLIC_ERRORS", "error_response"]
+__all__ = ["BODY_ERRORS", "ERRORS", "PUBLIC_ERRORS", "error_response"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (401, 404, 422, 503)}
 """What a route behind the API key may answer besides its 200."""
+
+BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS, **{status: {"model": ErrorBody} for status in (408, 413)}}
+"""What a route that reads a request body may answer besides: too slow, too large
+(:mod:`api.limits`)."""
 
 PUBLIC_ERRORS: dict[int | str, dict[str, Any]] = {503: {"model": ErrorBody}}
 """What an operations route (no API key) may answer besides its 200."""

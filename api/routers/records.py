@@ -14,13 +14,15 @@ may read but that has none (yet) is an empty page, never a 404.
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
+
+from evidence_contract import valid_event_id
 
 from ..deps import Caller, Db, IncludeBytes, Seq, StreamId, not_found
 from ..errors import InvalidRequest
 from ..models import (
-    FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage, StreamDetail, StreamList,
-    finding_dict, head_dict, record_dict,
+    EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage,
+    StreamDetail, StreamList, finding_dict, head_dict, record_dict,
 )
 from ..responses import ERRORS
 
@@ -105,14 +107,19 @@ async def get_record(stream: StreamId, seq: Seq, key: Caller, db: Db,
 
 @router.get("/events/{event_id}", response_model=RecordOut, summary="One record by event id")
 async def get_event(
-    event_id: str, key: Caller, db: Db,
+    event_id: Annotated[str, Path(
+        description="the capture's event id: a UUIDv7 in canonical lowercase text",
+        json_schema_extra={"pattern": EVENT_PATTERN})],
+    key: Caller, db: Db,
     include: Annotated[str | None, Query(pattern="^bytes$")] = None,
 ) -> dict[str, Any]:
-    try:
-        eid = uuid.UUID(event_id)
-    except ValueError:
-        raise InvalidRequest(f"event_id {event_id[:64]!r} is not a UUID") from None
-    row = await db.event(eid, include == "bytes")
-    if row is None or not key.scope.allows(row[0]):
+    """The earliest record with this event id among the streams the key may read: a record
+    of another stream that carries the same id is neither shown nor in the way."""
+    if not valid_event_id(event_id):
+        raise InvalidRequest(f"event_id {event_id[:64]!r} is not a UUID in canonical form "
+                             f"(a capture's event id is a lowercase UUIDv7)")
+    eid = uuid.UUID(event_id)
+    row = await db.event(eid, include == "bytes", key.scope)
+    if row is None:
         raise not_found(f"record event_id={eid}")
     return record_dict(row)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from ..deps import Caller, Db, Metrics, not_found
 from ..errors import InvalidRequest
 from ..models import MAX_SEQ, STREAM_PATTERN, VerifyRequest, VerifyResponse
-from ..responses import ERRORS
+from ..responses import BODY_ERRORS, ERRORS
 from ..verify import Original, verify
 
 __all__ = ["replay_serve", "replay_verify", "router"]
@@ -44,19 +44,27 @@ def _parse_verify(raw: bytes) -> VerifyRequest:
         ) from None
 
 
-@router.post("/replay/verify", response_model=VerifyResponse, responses=ERRORS,
+@router.post("/replay/verify", response_model=VerifyResponse, responses=BODY_ERRORS,
              summary="Compare a re-execution with a sealed record", openapi_extra=_VERIFY_BODY)
 async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics) -> Response:
     """Hashes `replayed_output` (sha256(0x04 ‖ utf8)) or the decoded
     `replayed_response_b64` (sha256(0x01 ‖ bytes)) and compares it with the record's
     digest. 200 whether or not it matches; `reason` says what differed. 404 when the
-    record does not exist or is outside the key's streams."""
+    record does not exist or is outside the key's streams.
+
+    The record is named by `stream` + `seq` (a JSON integer >= 1) or by `event_id` (a
+    lowercase UUIDv7), never both; exactly one of `replayed_output` or
+    `replayed_response_b64` is given. The body may be up to 8 MiB by default
+    (`EVIDENCE_API_MAX_VERIFY_BYTES`): room for a replayed response of 6 MiB as base64.
+    A larger body is a 413 `too_large`, answered from its Content-Length before it is
+    read; compare `replayed_output` instead, or raise the limit. A body that takes longer
+    than `EVIDENCE_API_BODY_TIMEOUT` (30 s) to arrive is a 408 `timeout`."""
     # The body is parsed by pydantic-core straight from bytes rather than through
     # FastAPI's body parameter (json.loads, then validation): this is the hot route.
     body = _parse_verify(await request.body())
     if body.stream is not None and not key.scope.allows(body.stream):
         raise not_found(f"record stream={body.stream} seq={body.seq}")
-    row = await db.verify_row(body.stream, body.seq, body.event_uuid)
+    row = await db.verify_row(body.stream, body.seq, body.event_uuid, key.scope)
     if row is None or not key.scope.allows(row[0]):
         what = (f"record event_id={body.event_id}" if body.event_id is not None
                 else f"record stream={body.stream} seq={body.seq}")
@@ -72,7 +80,9 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
           "description": "the verbatim response body, with its recorded Content-Type"},
     **ERRORS}, response_class=Response, summary="Serve a recorded response by content key")
 async def replay_serve(
-    content_key_hex: Annotated[str, Path(description="hex content_key (64 digits)")],
+    content_key_hex: Annotated[str, Path(
+        description="hex content_key (64 digits)",
+        json_schema_extra={"pattern": "^" + _HEX_KEY.pattern + "$"})],
     key: Caller,
     db: Db,
     stream: Annotated[str | None, Query(pattern=STREAM_PATTERN,

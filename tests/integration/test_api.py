@@ -1,18 +1,22 @@
 """The REST API over real HTTP (uvicorn on a free port) against a real PostgreSQL read model."""
 
 import base64
-import uuid
 
 import httpx
 import pytest
 
 from api import Keyring, Settings
+from evidence_contract import new_event_id
 from tests.fixtures.api_server import serve_api
 from tests.fixtures.readmodel import ReadModel
 
 pytestmark = pytest.mark.integration
 
-ACME, ALL, GLOBEX = "acme-key-0123456789", "all-key-0123456789", "globex-key-0123456789"
+# Keys pass api.auth.key_weakness; an unknown event id is a fresh UUIDv7 (the only kind the
+# API accepts as an event id: any other UUID is a 422, not a lookup).
+ACME = "acme-key-0123456789abcdef0123456789abcdef"
+ALL = "all-key-0123456789abcdef0123456789abcdef"
+GLOBEX = "globex-key-0123456789abcdef0123456789abcdef"
 SHARED_REQUEST = b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"same"}]}'
 
 
@@ -74,7 +78,7 @@ def assert_error(r, status, code):
 @pytest.mark.parametrize("method, path", [
     ("POST", "/replay/verify"), ("GET", "/replay/" + "00" * 32), ("GET", "/streams"),
     ("GET", "/streams/acme:chat"), ("GET", "/streams/acme:chat/records"),
-    ("GET", "/streams/acme:chat/records/1"), ("GET", f"/events/{uuid.uuid4()}"),
+    ("GET", "/streams/acme:chat/records/1"), ("GET", f"/events/{new_event_id()}"),
 ])
 def test_every_data_route_needs_a_key(anon, method, path):
     r = anon.request(method, path, json={})
@@ -149,7 +153,7 @@ def test_verify_by_event_id_and_response_bytes(acme, data):
 
 def test_verify_unknown_record_is_404(acme):
     assert_error(verify(acme, stream="acme:chat", seq=999, replayed_output="x"), 404, "not_found")
-    assert_error(verify(acme, event_id=str(uuid.uuid4()), replayed_output="x"), 404, "not_found")
+    assert_error(verify(acme, event_id=str(new_event_id()), replayed_output="x"), 404, "not_found")
 
 
 def test_verify_other_tenants_record_is_404_like_a_missing_one(acme, admin, data):
@@ -173,7 +177,7 @@ def test_verify_other_tenants_record_is_404_like_a_missing_one(acme, admin, data
     ({"stream": "acme:chat", "replayed_output": "a"}, "stream needs seq"),
     ({"replayed_output": "a"}, "name the record"),
     ({"event_id": "nope", "replayed_output": "a"}, "not a UUID"),
-    ({"event_id": str(uuid.uuid4()), "stream": "acme:chat", "seq": 1, "replayed_output": "a"},
+    ({"event_id": str(new_event_id()), "stream": "acme:chat", "seq": 1, "replayed_output": "a"},
      "not both"),
     ({"stream": "acme:chat", "seq": 1, "replayed_output": "a", "extra": 1}, "unknown field 'extra'"),
     ({"stream": "acme chat", "seq": 1, "replayed_output": "a"}, "stream"),
@@ -417,7 +421,7 @@ def test_event_lookup(acme, data):
     with_bytes = acme.get(f"/events/{rec.event_id}", params={"include": "bytes"}).json()
     assert base64.b64decode(with_bytes["record_b64"]) == rec.value
     assert_error(acme.get(f"/events/{data['globex'].event_id}"), 404, "not_found")
-    assert_error(acme.get(f"/events/{uuid.uuid4()}"), 404, "not_found")
+    assert_error(acme.get(f"/events/{new_event_id()}"), 404, "not_found")
     assert_error(acme.get("/events/not-a-uuid"), 422, "invalid_request")
 
 

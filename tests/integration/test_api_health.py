@@ -10,7 +10,7 @@ from tests.fixtures.api_server import serve_api
 
 pytestmark = pytest.mark.integration
 
-KEY = "health-key-0123456789"
+KEY = "health-key-0123456789abcdef0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 

@@ -2,8 +2,11 @@
 
 The pins were taken from the app before its routes moved into one router per resource
 (api/routers/), so the move is shown to change nothing a client or a generated client sees.
-The one deliberate change since: ``GET /streams/{stream}/records`` takes ``?include=bytes``
-like the other record routes (it was ignored before).
+The deliberate changes since: ``GET /streams/{stream}/records`` takes ``?include=bytes``
+like the other record routes (it was ignored before); and the hostile-input tightening: the
+two body routes document 408 and 413 (api.limits), the verify body's ids and seq are strict
+(patterns, minimum, no null-or-anything) with its two either/or rules as ``oneOf``, and the
+event and content-key path parameters carry their patterns.
 """
 
 import pytest
@@ -12,12 +15,13 @@ from api import Keyring, Settings, create_app
 
 E = "ErrorBody"
 GUARDED = {"401": E, "404": E, "422": E, "503": E}
+WITH_BODY = {**GUARDED, "408": E, "413": E}
 
 # (method, path, operationId, tags, parameters as "in:name", response status -> schema or
 # media type, needs the API key). In the order of the document, which is the match order.
 OPERATIONS = [
     ("POST", "/replay/verify", "replay_verify_replay_verify_post", ["replay"], (),
-     {"200": "VerifyResponse", **GUARDED}, True),
+     {"200": "VerifyResponse", **WITH_BODY}, True),
     ("GET", "/replay/{content_key_hex}", "replay_serve_replay__content_key_hex__get",
      ["replay"], ("path:content_key_hex", "query:seq", "query:stream"),
      {"200": "application/octet-stream", **GUARDED}, True),
@@ -39,7 +43,7 @@ OPERATIONS = [
      "record_fidelity_streams__stream__records__seq__fidelity_get", ["verification"],
      ("path:seq", "path:stream"), {"200": "application/json", **GUARDED}, True),
     ("POST", "/fidelity/analyze", "fidelity_analyze_fidelity_analyze_post", ["verification"],
-     (), {"200": "application/json", **GUARDED}, True),
+     (), {"200": "application/json", **WITH_BODY}, True),
     ("GET", "/healthz", "healthz_healthz_get", ["operations"], (),
      {"200": "application/json"}, False),
     ("GET", "/readyz", "readyz_readyz_get", ["operations"], (),
@@ -76,7 +80,7 @@ SCHEMAS = {
 @pytest.fixture(scope="module")
 def spec():
     # create_app connects to nothing: the pool opens in the lifespan, which never runs here.
-    settings = Settings("postgresql://unused/unused", Keyring([("k", "k-0123456789", ["*"])]))
+    settings = Settings("postgresql://unused/unused", Keyring([("k", "k-0123456789abcdef0123456789abcdef", ["*"])]))
     return create_app(settings).openapi()
 
 
@@ -111,3 +115,36 @@ def test_request_bodies_are_pinned(spec):
         "stream", "seq", "event_id", "replayed_output", "replayed_response_b64"]
     manifest = spec["paths"]["/fidelity/analyze"]["post"]["requestBody"]
     assert manifest["content"]["application/json"]["schema"]["type"] == "object"
+
+
+def test_verify_body_is_strict_in_the_schema(spec):
+    schema = spec["paths"]["/replay/verify"]["post"]["requestBody"]["content"][
+        "application/json"]["schema"]
+    props = schema["properties"]
+
+    def branch(name, kind):
+        return next(b for b in props[name]["anyOf"] if b.get("type") == kind)
+
+    assert branch("seq", "integer") == {"type": "integer", "minimum": 1,
+                                        "maximum": (1 << 63) - 1}
+    assert branch("stream", "string")["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
+    assert branch("event_id", "string")["pattern"] == (
+        "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+    assert "pattern" in branch("replayed_response_b64", "string")
+    assert schema["additionalProperties"] is False
+    record, replayed = schema["allOf"]
+    assert [b["required"] for b in record["oneOf"]] == [["stream", "seq"], ["event_id"]]
+    assert [b["required"] for b in replayed["oneOf"]] == [["replayed_output"],
+                                                         ["replayed_response_b64"]]
+
+
+def test_id_path_parameters_carry_their_patterns(spec):
+    def param(path, name):
+        op = next(iter(spec["paths"][path].values()))
+        return next(p for p in op["parameters"] if p["name"] == name)["schema"]
+
+    assert param("/events/{event_id}", "event_id")["pattern"].startswith("^[0-9a-f]{8}-")
+    assert param("/replay/{content_key_hex}", "content_key_hex")["pattern"] == \
+        "^[0-9a-fA-F]{64}$"
+    assert param("/streams/{stream}", "stream")["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
+    assert param("/streams/{stream}/records/{seq}", "seq")["minimum"] == 1

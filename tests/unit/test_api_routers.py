@@ -12,7 +12,7 @@ from api.db import META_COLUMNS
 from api.deps import get_db
 from api.routers import records
 
-KEY = "acme-key-0123456789"
+KEY = "acme-key-0123456789abcdef0123456789"
 T = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 
 

@@ -1,0 +1,102 @@
+"""Request-body limits: a size per route and a deadline for the body, before anything buffers.
+
+:class:`BodyLimitMiddleware` is pure ASGI and sits outside the routes, so a handler that calls
+``await request.body()`` never holds more than its route's limit (plus one chunk):
+
+1. A ``Content-Length`` over the limit is answered 413 at once; the app is not called and not
+   one byte of the body is read.
+2. A body without a length (chunked) is counted as it is received; the chunk that crosses the
+   limit raises :class:`~api.errors.PayloadTooLarge`, which the app's error handler answers.
+3. The whole body must arrive within ``body_timeout`` seconds of the request head, else 408:
+   a client trickling a body one byte at a time holds a connection only that long.
+
+Both answers carry ``Connection: close``, so the unread rest of the body is never consumed.
+The limits, from :class:`~api.config.Settings` (``EVIDENCE_API_MAX_BODY_BYTES`` and
+``EVIDENCE_API_MAX_VERIFY_BYTES``), are looked up by the request's method and path: the only
+route with a limit of its own is ``POST /replay/verify``, whose ``replayed_response_b64`` is a
+whole response body in base64 (4/3 of its size).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Mapping
+
+from .errors import PayloadTooLarge, RequestTimeout
+from .responses import error_response
+
+__all__ = ["BodyLimitMiddleware", "too_large_message"]
+
+
+def too_large_message(limit: int, method: str, path: str) -> str:
+    return (f"the request body is over the {limit}-byte limit of {method} {path}; "
+            f"see the route's description for its limit and the setting that raises it")
+
+
+class BodyLimitMiddleware:
+    """``limits`` maps ``(method, path)`` to a byte limit; every other request gets
+    ``default``."""
+
+    def __init__(self, app: Any, default: int, limits: Mapping[tuple[str, str], int],
+                 body_timeout: float) -> None:
+        self.app = app
+        self.default = default
+        self.limits = dict(limits)
+        self.body_timeout = body_timeout
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        limit = self.limits.get((method, path), self.default)
+        declared = _content_length(scope["headers"])
+        if declared is not None and declared > limit:
+            # 1. Refused on the header alone: the app never runs, the body is never read.
+            response = error_response(413, PayloadTooLarge.code,
+                                      too_large_message(limit, method, path),
+                                      {"Connection": "close"})
+            await response(scope, receive, send)
+            return
+
+        deadline = time.monotonic() + self.body_timeout
+        received = 0
+        more = True
+
+        async def limited_receive() -> dict:
+            nonlocal received, more
+            if not more:  # the body is complete: what comes now is http.disconnect
+                return await receive()
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), remaining)
+            except TimeoutError:
+                # 3. The body is late: the handler gets an error, never a partial body.
+                raise RequestTimeout(f"the request body did not arrive within "
+                                     f"{self.body_timeout:g} s") from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                more = message.get("more_body", False)
+                if received > limit:
+                    # 2. Counted: at most one chunk past the limit was ever held.
+                    raise PayloadTooLarge(too_large_message(limit, method, path))
+            else:
+                more = False
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared body length; None when absent. The HTTP server has already refused a
+    malformed or repeated one (h11 answers 400), so a value here is digits."""
+    for name, value in headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
