@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if not url:
         print("no database: run `make up` or set EVIDENCE_DATABASE_URL", file=sys.stderr)
         return 1
-    key = "bench-" + os.urandom(8).hex()
+    key = "bench-" + os.urandom(24).hex()
     with ReadModel(url) as rm:
         records = [rm.add("bench:verify", output=f"answer {i}") for i in range(args.records)]
         rm.conn.execute("analyze")
