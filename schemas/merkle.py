@@ -1,0 +1,392 @@
+"""RFC 9162 (RFC 6962) Merkle trees over a stream's sealed records. Pure.
+
+Hashing is RFC 9162 §2.1.1 with SHA-256, so any RFC 6962 / 9162 library (Go's
+``github.com/transparency-dev/merkle``, for one) checks our tree heads and proofs::
+
+    leaf_hash(x)    = SHA-256(0x00 || x)
+    node_hash(l, r) = SHA-256(0x01 || l || r)
+    the empty tree  = SHA-256("")                                            (EMPTY_ROOT)
+
+The leaf of a sealed record is ``leaf_input(record_bytes)`` (89 bytes)::
+
+    "evidence-store/v2 record\\n" || record_digest || SHA-256(record_bytes)
+
+``record_bytes`` is the whole single-object-encoded EvidenceRecord as it is on the log, so
+the leaf binds every sealed byte: the body, the whole seal (including the writer identity and
+the intake position that ``record_digest`` does not cover) and the schema fingerprint.
+``record_digest`` is repeated in clear so that the tree and the hash chain can be matched
+leaf by leaf from the two digests alone; a proof for a record can be checked from
+``(record_digest, SHA-256(record_bytes))`` without the record's content, and the second is
+what ``sha256sum`` prints for an exported record file.
+
+Domain separation. The contract's digests are ``SHA-256(p || ...)`` with ``p`` in 0x00–0x06
+(``schemas.digests``); the tree's hash inputs begin with 0x00 or 0x01 because RFC 6962 fixes
+those bytes. So:
+
+- ``record_digest`` (0x05) and the 0x02, 0x03, 0x04, 0x06 digests can never equal a tree
+  hash: their SHA-256 inputs start with another byte than every leaf or node input.
+- ``SHA-256(record_bytes)`` carries no prefix, yet it is disjoint from all of them too: a
+  single-object message starts with the marker byte 0xC3 (``leaf_input`` decodes the record,
+  so nothing else gets in), which is none of 0x00–0x06.
+- ``content_key`` (0x00) and ``response_digest`` (0x01) hash *arbitrary* outside bytes, a
+  request and a response, so their input sets contain every leaf and node input; no choice of
+  leaf can make those sets disjoint. What keeps them apart is that no verifier takes a value
+  of one kind where the other belongs: a leaf hash is always recomputed from the record bytes
+  through ``leaf_input``, a node only ever comes out of ``node_hash``, and a content key or
+  response digest is only ever compared with a hash its verifier computed over request or
+  response bytes. To pass for a leaf or node of another record, a value would need the same
+  SHA-256 preimage, i.e. a second preimage.
+- Inside the tree, a leaf input is always 89 bytes starting with the fixed ASCII label and a
+  node input always 65 bytes, so the tree's own leaf (0x00) and node (0x01) domains stay
+  apart by their prefixes, as RFC 6962 intends. The label holds no newline except its last
+  byte, so it ends unambiguously; it names the record contract's major version, so a leaf of
+  any later composition ("evidence-store/v3 ...") can never equal a v2 leaf.
+
+Proofs are in RFC 9162 order (§2.1.3.1 inclusion paths from the leaf up, §2.1.4.1
+consistency proofs) and verified with the algorithms of §2.1.3.2 and §2.1.4.2, which fail
+with ``ProofError``. :class:`MerkleTree` holds every perfect subtree hash (2n hashes) and
+answers the root, inclusion and consistency proofs of any size up to its own in O(log n)
+hashes each; :class:`CompactRange` is the writer's O(log n) state: append leaves, read the root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from .codec import decode
+from .digests import DIGEST_SIZE
+from .errors import DecodeError, EvidenceError
+
+__all__ = [
+    "EMPTY_ROOT",
+    "HASH_SIZE",
+    "LEAF_LABEL",
+    "CompactRange",
+    "MerkleTree",
+    "ProofError",
+    "compose_leaf_input",
+    "leaf_hash",
+    "leaf_input",
+    "node_hash",
+    "record_leaf_hash",
+    "tree_root",
+    "verify_consistency",
+    "verify_inclusion",
+]
+
+HASH_SIZE = 32
+"""Bytes of every tree hash (SHA-256)."""
+
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+"""The root of the empty tree (RFC 9162 §2.1.1: the hash of an empty string)."""
+
+LEAF_LABEL = b"evidence-store/v2 record\n"
+"""The fixed first bytes of every leaf input (see the module docstring)."""
+
+_MAX_SIZE = 1 << 64  # tree sizes are uint64 in checkpoints and in every RFC 9162 structure
+
+
+class ProofError(EvidenceError):
+    """A Merkle proof does not verify, or its arguments cannot describe a valid proof."""
+
+
+def leaf_hash(leaf_input: bytes) -> bytes:
+    """Return SHA-256(0x00 || leaf_input), the RFC 9162 hash of a leaf."""
+    return hashlib.sha256(b"\x00" + bytes(leaf_input)).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """Return SHA-256(0x01 || left || right), the RFC 9162 hash of an interior node."""
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def compose_leaf_input(record_digest: bytes, record_sha256: bytes) -> bytes:
+    """Return ``LEAF_LABEL || record_digest || record_sha256``: a record's leaf input.
+
+    For a caller that already holds both digests (the writer right after sealing; an auditor
+    holding an export). ``leaf_input`` is the same over the record bytes themselves.
+    """
+    for name, value in (("record_digest", record_digest), ("record_sha256", record_sha256)):
+        if not isinstance(value, (bytes, bytearray)) or len(value) != DIGEST_SIZE:
+            raise ValueError(f"{name} must be {DIGEST_SIZE} bytes")
+    return LEAF_LABEL + bytes(record_digest) + bytes(record_sha256)
+
+
+def leaf_input(record_bytes: bytes) -> bytes:
+    """Return the leaf input of a whole single-object-encoded EvidenceRecord.
+
+    Raises ``DecodeError`` unless the bytes are exactly one valid EvidenceRecord, so a leaf
+    never covers bytes that are not a sealed record of ours.
+    """
+    data = bytes(record_bytes)
+    name, record = decode(data)
+    if name != "EvidenceRecord":
+        raise DecodeError(f"a tree leaf is a sealed EvidenceRecord, got a {name}")
+    return compose_leaf_input(record["seal"]["record_digest"], hashlib.sha256(data).digest())
+
+
+def record_leaf_hash(record_bytes: bytes) -> bytes:
+    """Return ``leaf_hash(leaf_input(record_bytes))``: what the tree holds for a record."""
+    return leaf_hash(leaf_input(record_bytes))
+
+
+def _split(n: int) -> int:
+    """The largest power of two smaller than ``n`` (n >= 2): where RFC 9162 splits D[n]."""
+    return 1 << ((n - 1).bit_length() - 1)
+
+
+def tree_root(leaf_hashes: Iterable[bytes]) -> bytes:
+    """Return the root (RFC 9162 MTH) of the tree whose leaves have these hashes."""
+    frontier = CompactRange()
+    frontier.extend(leaf_hashes)
+    return frontier.root()
+
+
+class MerkleTree:
+    """Every perfect subtree hash of a list of leaf hashes; roots and proofs of any size.
+
+    ``levels[h][i]`` is the hash of leaves ``[i * 2**h, (i + 1) * 2**h)``; an imperfect
+    subtree (the right edge of a tree whose size is not a power of two) is combined from at
+    most log2(n) of those on demand. Building costs n - 1 node hashes.
+    """
+
+    def __init__(self, leaf_hashes: Iterable[bytes]) -> None:
+        level = [bytes(h) for h in leaf_hashes]
+        if any(len(h) != HASH_SIZE for h in level):
+            raise ValueError(f"every leaf hash must be {HASH_SIZE} bytes")
+        self._levels = [level]
+        while len(level) > 1:
+            # An odd last node is no perfect subtree of the next level: it is left out here and
+            # combined by _subtree when a size needs it.
+            level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+            self._levels.append(level)
+
+    @property
+    def size(self) -> int:
+        """The number of leaves."""
+        return len(self._levels[0])
+
+    def leaf_hash(self, index: int) -> bytes:
+        """The hash of leaf ``index``."""
+        return self._levels[0][index]
+
+    def _size_arg(self, size: int | None, lowest: int) -> int:
+        if size is None:
+            return self.size
+        if not isinstance(size, int) or isinstance(size, bool) or not lowest <= size <= self.size:
+            raise ValueError(f"size must be an int in [{lowest}, {self.size}], got {size!r}")
+        return size
+
+    def _subtree(self, lo: int, hi: int) -> bytes:
+        # Every range asked for starts at a multiple of the power of two at or above its length
+        # (true of [0, size) and kept by each split), so a power-of-two range is one stored node.
+        n = hi - lo
+        if n & (n - 1) == 0:
+            height = n.bit_length() - 1
+            return self._levels[height][lo >> height]
+        k = _split(n)
+        return node_hash(self._subtree(lo, lo + k), self._subtree(lo + k, hi))
+
+    def root(self, size: int | None = None) -> bytes:
+        """The root of the first ``size`` leaves (default: all); ``EMPTY_ROOT`` for 0."""
+        size = self._size_arg(size, 0)
+        return EMPTY_ROOT if size == 0 else self._subtree(0, size)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """The RFC 9162 inclusion path of leaf ``index`` in the tree of ``size`` leaves."""
+        size = self._size_arg(size, 1)
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < size:
+            raise ValueError(f"index must be an int in [0, {size}), got {index!r}")
+        path = []
+        lo, hi = 0, size
+        while hi - lo > 1:  # top-down; RFC 9162 lists the path bottom-up, hence the reverse
+            k = _split(hi - lo)
+            if index < lo + k:
+                path.append(self._subtree(lo + k, hi))
+                hi = lo + k
+            else:
+                path.append(self._subtree(lo, lo + k))
+                lo += k
+        path.reverse()
+        return path
+
+    def consistency_proof(self, first: int, second: int | None = None) -> list[bytes]:
+        """The RFC 9162 consistency proof from the tree of ``first`` leaves to ``second``.
+
+        ``0 < first <= second``: a proof from the empty tree proves nothing, and verifiers
+        (RFC 9162 §2.1.4.2, transparency-dev/merkle) reject it.
+        """
+        second = self._size_arg(second, 1)
+        if not isinstance(first, int) or isinstance(first, bool) or not 0 < first <= second:
+            raise ValueError(f"first must be an int in [1, {second}], got {first!r}")
+        proof = []
+        lo, hi, whole = 0, second, True  # whole: SUBPROOF's b, "D[lo:hi] is the whole tree"
+        while first - lo != hi - lo:
+            k = _split(hi - lo)
+            if first - lo <= k:
+                proof.append(self._subtree(lo + k, hi))
+                hi = lo + k
+            else:
+                proof.append(self._subtree(lo, lo + k))
+                lo += k
+                whole = False
+        if not whole:  # SUBPROOF(m, D[m], false) = {MTH(D[m])}
+            proof.append(self._subtree(lo, hi))
+        proof.reverse()
+        return proof
+
+
+class CompactRange:
+    """The roots of the perfect subtrees that make up leaves ``[0, size)``, largest first.
+
+    One node per set bit of ``size``, so a writer keeps O(log n) hashes per stream, appends
+    each sealed record's leaf hash and reads the root for its next checkpoint. ``nodes`` and
+    ``size`` are all there is to persist; ``CompactRange(size, nodes)`` restores them.
+    """
+
+    def __init__(self, size: int = 0, nodes: Sequence[bytes] = ()) -> None:
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < _MAX_SIZE:
+            raise ValueError(f"size must be an int in [0, 2**64), got {size!r}")
+        nodes = [bytes(n) for n in nodes]
+        if len(nodes) != size.bit_count() or any(len(n) != HASH_SIZE for n in nodes):
+            raise ValueError(f"a range of {size} leaves has {size.bit_count()} nodes of "
+                             f"{HASH_SIZE} bytes")
+        self._size = size
+        self._nodes = nodes
+
+    @property
+    def size(self) -> int:
+        """The number of leaves appended so far."""
+        return self._size
+
+    @property
+    def nodes(self) -> tuple[bytes, ...]:
+        """The perfect subtree roots, largest (leftmost) first."""
+        return tuple(self._nodes)
+
+    def append(self, leaf_hash: bytes) -> None:
+        """Append one leaf by its hash (``leaf_hash(leaf_input)``)."""
+        if len(leaf_hash) != HASH_SIZE:
+            raise ValueError(f"a leaf hash is {HASH_SIZE} bytes")
+        node, size = bytes(leaf_hash), self._size
+        while size & 1:  # each trailing set bit is a subtree of the new node's height: merge
+            node = node_hash(self._nodes.pop(), node)
+            size >>= 1
+        self._nodes.append(node)
+        self._size += 1
+
+    def extend(self, leaf_hashes: Iterable[bytes]) -> None:
+        """Append several leaves in order."""
+        for h in leaf_hashes:
+            self.append(h)
+
+    def root(self) -> bytes:
+        """The tree head of the leaves so far (``EMPTY_ROOT`` when there are none)."""
+        if not self._nodes:
+            return EMPTY_ROOT
+        root = self._nodes[-1]
+        for node in reversed(self._nodes[:-1]):
+            root = node_hash(node, root)
+        return root
+
+
+# --- Verification (RFC 9162 §2.1.3.2, §2.1.4.2) ------------------------------------------
+# Everything here comes from whoever presents the proof, so every malformed argument is a
+# ProofError, never a TypeError.
+
+
+def _check_size(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _MAX_SIZE:
+        raise ProofError(f"{name} must be an int in [0, 2**64), got {value!r}")
+    return value
+
+
+def _check_hash(name: str, value: object) -> bytes:
+    if not isinstance(value, (bytes, bytearray)) or len(value) != HASH_SIZE:
+        raise ProofError(f"{name} must be {HASH_SIZE} bytes")
+    return bytes(value)
+
+
+def _check_proof(proof: object) -> list[bytes]:
+    if proof is None:
+        return []
+    if isinstance(proof, (bytes, bytearray, str)) or not isinstance(proof, Sequence):
+        raise ProofError("a proof is a sequence of hashes")
+    return [_check_hash(f"proof[{i}]", p) for i, p in enumerate(proof)]
+
+
+def verify_inclusion(index: int, size: int, leaf_hash: bytes, proof: Sequence[bytes],
+                     root: bytes) -> None:
+    """Check that ``leaf_hash`` is leaf ``index`` of the tree of ``size`` leaves with ``root``.
+
+    RFC 9162 §2.1.3.2; raises ``ProofError`` when the proof does not verify.
+    """
+    fn, sn = _check_size("index", index), _check_size("size", size)
+    r, root = _check_hash("leaf_hash", leaf_hash), _check_hash("root", root)
+    path = _check_proof(proof)
+    if fn >= sn:
+        raise ProofError(f"index {fn} is not below the tree size {sn}")
+    sn -= 1
+    for p in path:
+        if sn == 0:
+            raise ProofError("the inclusion proof is too long")
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            while fn and not fn & 1:  # fn == sn, a left child: climb to where fn is a right one
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            r = node_hash(r, p)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise ProofError("the inclusion proof is too short")
+    if r != root:
+        raise ProofError("the inclusion proof leads to another root")
+
+
+def verify_consistency(first: int, second: int, proof: Sequence[bytes], first_root: bytes,
+                       second_root: bytes) -> None:
+    """Check that the tree of ``second`` leaves with ``second_root`` extends ``first``'s.
+
+    RFC 9162 §2.1.4.2 for ``0 < first < second``. Equal sizes are consistent with an empty
+    proof and equal roots. A proof from the empty tree is refused: it proves nothing (the
+    RFC requires ``0 < first``; transparency-dev/merkle refuses it after v0.0.2 too).
+    """
+    first, second = _check_size("first", first), _check_size("second", second)
+    path = _check_proof(proof)
+    first_root = _check_hash("first_root", first_root)
+    second_root = _check_hash("second_root", second_root)
+    if first == 0:
+        raise ProofError("a consistency proof from the empty tree proves nothing")
+    if second < first:
+        raise ProofError(f"second ({second}) is smaller than first ({first})")
+    if first == second:
+        if path:
+            raise ProofError("equal sizes take an empty consistency proof")
+        if first_root != second_root:
+            raise ProofError("equal sizes with different roots")
+        return
+    if not path:
+        raise ProofError("the consistency proof is empty")
+    if first & (first - 1) == 0:  # step 2: the old tree is a perfect subtree, its root is implied
+        path = [first_root] + path
+    fn, sn = first - 1, second - 1
+    while fn & 1:
+        fn, sn = fn >> 1, sn >> 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise ProofError("the consistency proof is too long")
+        if fn & 1 or fn == sn:
+            fr, sr = node_hash(c, fr), node_hash(c, sr)
+            while fn and not fn & 1:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            sr = node_hash(sr, c)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise ProofError("the consistency proof is too short")
+    if fr != first_root:
+        raise ProofError("the consistency proof does not lead to the first root")
+    if sr != second_root:
+        raise ProofError("the consistency proof does not lead to the second root")

@@ -1,0 +1,408 @@
+"""C2SP signed notes, tlog checkpoints and cosignatures with Ed25519. Pure.
+
+The formats of https://c2sp.org/signed-note, https://c2sp.org/tlog-checkpoint and
+https://c2sp.org/tlog-cosignature (its Ed25519 ``cosignature/v1``), byte for byte as Go's
+``golang.org/x/mod/sumdb/note`` and ``github.com/transparency-dev/formats`` read and write
+them, so any witness or verifier of that ecosystem checks what we sign::
+
+    a note          text ending in "\\n", a blank line, then lines "— <name> <base64(id || sig)>"
+    key ID          be32(SHA-256(name || 0x0A || type || public key)[:4])
+    verifier key    <name>+<hex id>+<base64(type || public key)>
+    signer key      PRIVATE+KEY+<name>+<hex id>+<base64(type || seed)>
+    checkpoint      "<origin>\\n<decimal size>\\n<base64 root hash>\\n" then extension lines
+    cosignature     type 0x04; be64(timestamp) || Ed25519 over
+                    "cosignature/v1\\ntime <timestamp>\\n" || the checkpoint text
+
+Signature types: ``SIG_ED25519`` (0x01, a log's own checkpoint signature) and
+``SIG_COSIGNATURE_V1`` (0x04, a witness's). A key's type is part of its ID, so one Ed25519
+key used both ways has two IDs, as the specs require.
+
+Every malformed note, key, signature line or checkpoint raises ``NoteError``; so does a note
+whose signature from a known key fails, or that has none from a known key (the spec's
+"clients MUST reject the note"). Wrong argument types are ``TypeError``/``ValueError`` as
+anywhere else. Signing keys are generated from the OS's randomness (``generate_signer``);
+nothing else here reads anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .errors import EvidenceError
+
+__all__ = [
+    "MAX_SIGNATURES",
+    "SIG_COSIGNATURE_V1",
+    "SIG_ED25519",
+    "Checkpoint",
+    "Note",
+    "NoteError",
+    "Signature",
+    "SignerKey",
+    "VerifierKey",
+    "cosignature_message",
+    "cosignature_timestamp",
+    "format_checkpoint",
+    "format_note",
+    "format_skey",
+    "format_vkey",
+    "generate_signer",
+    "key_id",
+    "open_checkpoint",
+    "open_note",
+    "parse_checkpoint",
+    "parse_note",
+    "parse_skey",
+    "parse_vkey",
+    "sign",
+    "valid_key_name",
+    "verify",
+]
+
+SIG_ED25519 = 0x01
+"""Signature type of plain Ed25519 note signatures (c2sp.org/signed-note)."""
+
+SIG_COSIGNATURE_V1 = 0x04
+"""Signature type of timestamped Ed25519 checkpoint cosignatures (c2sp.org/tlog-cosignature)."""
+
+MAX_SIGNATURES = 100
+"""Most signature lines a note may have: the spec requires at least 16, Go's reader takes 100."""
+
+_TYPES = (SIG_ED25519, SIG_COSIGNATURE_V1)
+_KEY_SIZE = 32  # an Ed25519 public key and seed alike
+_ED25519_SIG_SIZE = 64
+_MAX_TIMESTAMP = (1 << 63) - 1  # tlog-cosignature: "MUST NOT exceed 2^63 - 1"
+_SIG_PREFIX = "\u2014 "  # em dash, space
+_HEX_ID = re.compile(r"[0-9a-f]{8}")
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+
+
+class NoteError(EvidenceError):
+    """A signed note, key or checkpoint is malformed, or its signatures do not verify."""
+
+
+def _b64decode(text: str, what: str) -> bytes:
+    # Canonical standard base64 only (padding, zero trailing bits): one text per byte string.
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise NoteError(f"{what} is not base64") from None
+    if base64.b64encode(raw).decode("ascii") != text:
+        raise NoteError(f"{what} is not canonical base64")
+    return raw
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def valid_key_name(name: object) -> bool:
+    """A key name: non-empty UTF-8 text without Unicode spaces, ``+`` or control characters."""
+    # str.isspace is Unicode White_Space (Go's unicode.IsSpace) plus U+001C-U+001F, which
+    # the control-character rule refuses anyway; a lone surrogate is no UTF-8.
+    return (isinstance(name, str) and name != ""
+            and not any(c.isspace() or c == "+" or c < " " or "\ud800" <= c <= "\udfff"
+                        for c in name))
+
+
+def _check_text(text: str) -> None:
+    # Signed notes "MUST NOT contain any ASCII control characters other than newline".
+    bad = next((c for c in text if c < " " and c != "\n"), None)
+    if bad is not None:
+        raise NoteError(f"a note holds no control character {bad!r}")
+
+
+def key_id(name: str, sig_type: int, public_key: bytes) -> int:
+    """Return the key ID: the first 4 bytes of SHA-256(name || 0x0A || type || key), big-endian."""
+    digest = hashlib.sha256(name.encode("utf-8") + b"\n" + bytes([sig_type]) + public_key).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+@dataclass(frozen=True)
+class VerifierKey:
+    """A public key as a note verifier knows it: name, key ID, signature type and key bytes."""
+
+    name: str
+    key_id: int
+    sig_type: int
+    public_key: bytes
+
+
+@dataclass(frozen=True)
+class SignerKey:
+    """A private Ed25519 key (its 32-byte seed) under a name, for one signature type."""
+
+    name: str
+    sig_type: int
+    seed: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not valid_key_name(self.name):
+            raise NoteError(f"invalid key name {self.name!r}")
+        if self.sig_type not in _TYPES:
+            raise NoteError(f"unsupported signature type {self.sig_type:#04x}")
+        if not isinstance(self.seed, bytes) or len(self.seed) != _KEY_SIZE:
+            raise NoteError(f"an Ed25519 seed is {_KEY_SIZE} bytes")
+
+    @cached_property
+    def _private(self) -> Ed25519PrivateKey:
+        return Ed25519PrivateKey.from_private_bytes(self.seed)
+
+    @cached_property
+    def verifier(self) -> VerifierKey:
+        """The matching public key."""
+        public = self._private.public_key().public_bytes_raw()
+        kid = key_id(self.name, self.sig_type, public)
+        return VerifierKey(self.name, kid, self.sig_type, public)
+
+
+def generate_signer(name: str, sig_type: int = SIG_ED25519) -> SignerKey:
+    """Return a fresh signer key (Ed25519 from the OS's randomness)."""
+    seed = Ed25519PrivateKey.generate().private_bytes_raw()
+    return SignerKey(name, sig_type, seed)
+
+
+def format_vkey(key: VerifierKey) -> str:
+    """Return ``<name>+<hex id>+<base64(type || public key)>``."""
+    return f"{key.name}+{key.key_id:08x}+{_b64(bytes([key.sig_type]) + key.public_key)}"
+
+
+def _parse_key(name: str, hex_id: str, key64: str, what: str) -> tuple[int, int, bytes]:
+    if not valid_key_name(name) or not _HEX_ID.fullmatch(hex_id):
+        raise NoteError(f"malformed {what}")
+    raw = _b64decode(key64, f"the {what}'s key")
+    if len(raw) != 1 + _KEY_SIZE or raw[0] not in _TYPES:
+        raise NoteError(f"the {what} is no Ed25519 key of a supported type")
+    return int(hex_id, 16), raw[0], raw[1:]
+
+
+def parse_vkey(text: str) -> VerifierKey:
+    """Parse a verifier key; its key ID must be the one its name, type and key give."""
+    parts = text.split("+", 2)  # base64 has '+' too: only the first two separate fields
+    if len(parts) != 3:
+        raise NoteError("malformed verifier key")
+    kid, sig_type, public = _parse_key(*parts, "verifier key")
+    if kid != key_id(parts[0], sig_type, public):
+        raise NoteError("the verifier key's ID does not match its key")
+    return VerifierKey(parts[0], kid, sig_type, public)
+
+
+def format_skey(key: SignerKey) -> str:
+    """Return ``PRIVATE+KEY+<name>+<hex id>+<base64(type || seed)>``."""
+    material = _b64(bytes([key.sig_type]) + key.seed)
+    return f"PRIVATE+KEY+{key.name}+{key.verifier.key_id:08x}+{material}"
+
+
+def parse_skey(text: str) -> SignerKey:
+    """Parse a signer key; its key ID must be the one of the public key its seed gives."""
+    parts = text.split("+", 4)
+    if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
+        raise NoteError("malformed signer key")
+    kid, sig_type, seed = _parse_key(*parts[2:], "signer key")
+    key = SignerKey(parts[2], sig_type, seed)
+    if kid != key.verifier.key_id:
+        raise NoteError("the signer key's ID does not match its key")
+    return key
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One signature line: key name, key ID and the signature bytes after the ID."""
+
+    name: str
+    key_id: int
+    data: bytes
+
+    def line(self) -> str:
+        """The line as a note holds it: ``— <name> <base64(id || data)>\\n``."""
+        return f"{_SIG_PREFIX}{self.name} {_b64(struct.pack('>I', self.key_id) + self.data)}\n"
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note's text (ending in a newline), its signature lines, and those that verified."""
+
+    text: str
+    signatures: tuple[Signature, ...]
+    verified: tuple[Signature, ...] = ()
+
+
+def cosignature_message(text: str, timestamp: int) -> bytes:
+    """Return what a cosignature/v1 signs: the header, ``time <timestamp>``, then ``text``."""
+    return b"cosignature/v1\ntime %d\n" % timestamp + text.encode("utf-8")
+
+
+def cosignature_timestamp(sig: Signature) -> int:
+    """Return the POSIX timestamp a cosignature/v1 signature line carries."""
+    if len(sig.data) != 8 + _ED25519_SIG_SIZE:
+        raise NoteError("a cosignature is a timestamp and an Ed25519 signature")
+    return struct.unpack(">Q", sig.data[:8])[0]
+
+
+def sign(key: SignerKey, text: str, timestamp: int | None = None) -> Signature:
+    """Sign a note text; a ``SIG_COSIGNATURE_V1`` key needs the cosignature's ``timestamp``."""
+    if not text.endswith("\n"):
+        raise NoteError("a note text ends in a newline")
+    _check_text(text)
+    if key.sig_type == SIG_COSIGNATURE_V1:
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) \
+                or not 0 <= timestamp <= _MAX_TIMESTAMP:
+            raise ValueError(f"a cosignature needs a timestamp in [0, 2**63), got {timestamp!r}")
+        signed = key._private.sign(cosignature_message(text, timestamp))
+        data = struct.pack(">Q", timestamp) + signed
+    elif timestamp is not None:
+        raise ValueError("only a cosignature key signs with a timestamp")
+    else:
+        data = key._private.sign(text.encode("utf-8"))
+    return Signature(key.name, key.verifier.key_id, data)
+
+
+def verify(key: VerifierKey, text: str, sig: Signature) -> bool:
+    """Return whether ``sig`` is ``key``'s valid signature of ``text`` (False for another key)."""
+    if (sig.name, sig.key_id) != (key.name, key.key_id) or key.sig_type not in _TYPES:
+        return False
+    if key.sig_type == SIG_COSIGNATURE_V1:
+        if len(sig.data) != 8 + _ED25519_SIG_SIZE:
+            return False
+        timestamp = struct.unpack(">Q", sig.data[:8])[0]
+        if timestamp > _MAX_TIMESTAMP:
+            return False
+        msg, raw = cosignature_message(text, timestamp), sig.data[8:]
+    else:
+        msg, raw = text.encode("utf-8"), sig.data
+    try:
+        Ed25519PublicKey.from_public_bytes(key.public_key).verify(raw, msg)
+    except (InvalidSignature, ValueError):  # ValueError: 32 bytes that are no curve point
+        return False
+    return True
+
+
+def format_note(text: str, signatures: Iterable[Signature]) -> bytes:
+    """Return the signed note: ``text``, a blank line, one line per signature (at least one)."""
+    lines = "".join(s.line() for s in signatures)
+    if not text.endswith("\n") or not lines:
+        raise NoteError("a note is a text ending in a newline and at least one signature")
+    _check_text(text)
+    return (text + "\n" + lines).encode("utf-8")
+
+
+def parse_note(data: bytes | str) -> Note:
+    """Split a signed note into its text and signature lines, verifying nothing."""
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            raise NoteError("a note is UTF-8") from None
+    _check_text(data)
+    # The text ends at the note's last blank line; what follows is signature lines only.
+    split = data.rfind("\n\n")
+    if split < 0 or not data.endswith("\n") or split + 2 == len(data):
+        raise NoteError("a note is a text, a blank line and signature lines")
+    text, lines = data[: split + 1], data[split + 2 : -1].split("\n")
+    if len(lines) > MAX_SIGNATURES:
+        raise NoteError(f"a note has at most {MAX_SIGNATURES} signatures")
+    sigs = []
+    for line in lines:
+        name, _, sig64 = line.removeprefix(_SIG_PREFIX).partition(" ")
+        if not line.startswith(_SIG_PREFIX) or not valid_key_name(name) or not sig64:
+            raise NoteError(f"malformed signature line {line!r}")
+        raw = _b64decode(sig64, "a signature")
+        if len(raw) < 5:
+            raise NoteError("a signature is a key ID and at least one byte")
+        sigs.append(Signature(name, struct.unpack(">I", raw[:4])[0], raw[4:]))
+    return Note(text, tuple(sigs))
+
+
+def open_note(data: bytes | str, known: Iterable[VerifierKey]) -> Note:
+    """Parse a signed note and verify the signatures of the ``known`` keys.
+
+    Lines of unknown keys (another name or another ID) are kept unverified, as the spec
+    says; a failing signature of a known key rejects the whole note, and so does a note
+    without any verified signature. The result's ``verified`` lists each key once.
+    """
+    note = parse_note(data)
+    keys: dict[tuple[str, int], list[VerifierKey]] = {}
+    for k in known:
+        keys.setdefault((k.name, k.key_id), []).append(k)
+    verified: dict[tuple[str, int], Signature] = {}
+    for sig in note.signatures:
+        ident = (sig.name, sig.key_id)
+        candidates = keys.get(ident, [])
+        if not candidates or ident in verified:
+            continue
+        if len(set(candidates)) > 1:
+            raise NoteError(f"ambiguous key {sig.name}+{sig.key_id:08x}")
+        if not verify(candidates[0], note.text, sig):
+            raise NoteError(f"invalid signature for key {sig.name}+{sig.key_id:08x}")
+        verified[ident] = sig
+    if not verified:
+        raise NoteError("the note has no signature from a known key")
+    return Note(note.text, note.signatures, tuple(verified.values()))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A log's tree head: origin, tree size, root hash and (discouraged) extension lines."""
+
+    origin: str
+    size: int
+    root_hash: bytes
+    extensions: tuple[str, ...] = ()
+
+
+def format_checkpoint(cp: Checkpoint) -> str:
+    """Return the checkpoint's note text (what the log and its witnesses sign)."""
+    lines = [cp.origin, *cp.extensions]
+    if any(not line or "\n" in line for line in lines):
+        raise NoteError("checkpoint lines are non-empty and hold no newline")
+    if not isinstance(cp.size, int) or isinstance(cp.size, bool) or not 0 <= cp.size < 1 << 64:
+        raise NoteError(f"a tree size is a uint64, got {cp.size!r}")
+    if not isinstance(cp.root_hash, bytes) or len(cp.root_hash) != 32:
+        raise NoteError("a root hash is 32 bytes")
+    lines = [cp.origin, str(cp.size), _b64(cp.root_hash), *cp.extensions]
+    text = "".join(f"{line}\n" for line in lines)
+    _check_text(text)
+    return text
+
+
+def parse_checkpoint(text: str) -> Checkpoint:
+    """Parse a checkpoint note text (``Note.text``)."""
+    lines = text.split("\n")
+    if len(lines) < 4 or lines.pop() != "" or any(not line for line in lines):
+        raise NoteError("a checkpoint is at least three non-empty lines, each ending in a newline")
+    origin, size, root64, *extensions = lines
+    if not _DECIMAL.fullmatch(size) or int(size) >= 1 << 64:
+        raise NoteError(f"a tree size is a uint64 in decimal, no leading zeros: {size!r}")
+    root = _b64decode(root64, "the root hash")
+    if len(root) != 32:
+        raise NoteError("a root hash is 32 bytes")
+    _check_text(text)
+    return Checkpoint(origin, int(size), root, tuple(extensions))
+
+
+def open_checkpoint(data: bytes | str, log_key: VerifierKey,
+                    cosigners: Iterable[VerifierKey] = ()) -> tuple[Checkpoint, Note]:
+    """Verify a signed checkpoint: the log's signature is required, cosignatures counted.
+
+    Raises ``NoteError`` unless ``log_key`` signed the note, its name is the origin (the
+    spec's SHOULD, made a must for our logs) and every signature of a known cosigner
+    verifies. ``Note.verified`` lists the log's signature and each verified cosigner's.
+    """
+    note = open_note(data, [log_key, *cosigners])
+    if (log_key.name, log_key.key_id) not in {(s.name, s.key_id) for s in note.verified}:
+        raise NoteError(f"the checkpoint is not signed by {log_key.name}+{log_key.key_id:08x}")
+    cp = parse_checkpoint(note.text)
+    if cp.origin != log_key.name:
+        raise NoteError(f"checkpoint origin {cp.origin!r} is not the log key's name "
+                        f"{log_key.name!r}")
+    return cp, note
