@@ -4,6 +4,6 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml constraints.txt README.md ./
 COPY . .
-RUN pip install --no-cache-dir -c constraints.txt ./packaging/contract ./packaging/client .
+RUN pip install --no-cache-dir -c constraints.txt './packaging/contract[tlog]' ./packaging/client .
 USER nobody
 ENTRYPOINT ["evidence"]

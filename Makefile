@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e packaging/contract -e packaging/client
+	$(PY) -m pip install -q -c constraints.txt -e 'packaging/contract[tlog]' -e packaging/client
 	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test,bench]'
 	@touch $@
 

@@ -36,7 +36,7 @@ SERVER_PACKAGES = ("api", "schemas", "topics", "writer", "projections", "cli", "
                    "audit", "fidelity", "server", "testing", "chaos", "gateway")
 SERVER_DISTRIBUTIONS = ("evidence-store", "fastapi", "starlette", "uvicorn", "psycopg",
                         "psycopg-binary", "psycopg-pool", "psycopg2", "psycopg2-binary",
-                        "jsonschema")
+                        "jsonschema", "cryptography")
 
 # Run inside the fresh venv, with -I (isolated: no cwd, no PYTHONPATH, no user site).
 INSPECT = textwrap.dedent("""
