@@ -1,8 +1,10 @@
 """``evidence writer`` — run the single writer until SIGTERM/SIGINT.
 
 Exit codes: 0 after a clean stop (the open transaction finished), 1 when the writer cannot
-run or must not continue (wrong topics, fenced by another writer, fatal Kafka error,
-writer-state disagreeing with the log), 2 usage.
+run or must not continue (wrong topics, writer-state disagreeing with the log), 2 usage, 3
+fenced by another live writer with its identity (a supervisor must not restart it: the two
+would fence each other in turn). Kafka outages, broker restarts and fencing by the coordinator
+alone do not end it: it makes its clients anew and resumes (see :mod:`writer.service`).
 """
 
 from __future__ import annotations

@@ -399,6 +399,10 @@ class Sealer:
     def owns(self, partition: int) -> bool:
         return partition in self._parts
 
+    def owned(self) -> list[int]:
+        """The partitions this writer owns, ascending."""
+        return sorted(self._parts)
+
     def head(self, partition: int, stream: str) -> Head:
         h = self._pending.heads.get((partition, stream))
         if h is not None:

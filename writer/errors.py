@@ -3,7 +3,9 @@
     EvidenceError
     ├── WriterError                  the writer cannot go on
     │   ├── WriterKafkaError         a Kafka client error; keeps librdkafka's code and flags
-    │   │   └── FencedError          another writer took over this transactional/group identity
+    │   │   ├── FencedError          this transactional/group identity was fenced (by another
+    │   │   │                        writer, or by the coordinator after a timed-out transaction)
+    │   │   └── WedgedError          a librdkafka call did not return within its own timeout
     │   └── StateMismatchError       writer-state heads disagree with the tail of the log
     └── server.kafka.KafkaClientError  (WriterKafkaError is one; FencedError also a
         └── server.kafka.FencedError    server.kafka.FencedError)
@@ -11,6 +13,11 @@
 librdkafka errors are translated in one place, :mod:`server.kafka` (the writer calls it through
 ``writer.kafka_io.kafka_errors``); branch on these classes and flags, never on message text.
 Bad input is never an error: it is a Rejection.
+
+What the service does with them (:mod:`writer.service`): every ``WriterKafkaError`` (and a
+``WriterError`` of a partition's restore) is healed by making the Kafka clients anew, with
+backoff; a ``FencedError`` ends the writer (exit 3) only when another live writer holds the
+identity; a ``StateMismatchError`` ends it (exit 1).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 from evidence_contract import EvidenceError
 from server import kafka
 
-__all__ = ["FencedError", "StateMismatchError", "WriterError", "WriterKafkaError"]
+__all__ = ["FencedError", "StateMismatchError", "WedgedError", "WriterError", "WriterKafkaError"]
 
 
 class WriterError(EvidenceError):
@@ -30,7 +37,15 @@ class WriterKafkaError(WriterError, kafka.KafkaClientError):
 
 
 class FencedError(WriterKafkaError, kafka.FencedError):
-    """Another writer with the same transactional id (or group instance id) fenced this one."""
+    """This writer's transactional id (or group instance id) was fenced: by another writer
+    with the same identity, or by the coordinator itself (it bumps the producer epoch when it
+    aborts a transaction that timed out, e.g. across a broker restart)."""
+
+
+class WedgedError(WriterKafkaError):
+    """A blocking librdkafka call did not return within its own timeout plus a grace period
+    (librdkafka issues #5456 and #5511: ``send_offsets_to_transaction`` waits forever for a
+    coordinator it cached before a broker restart). The client is abandoned, never reused."""
 
 
 class StateMismatchError(WriterError):

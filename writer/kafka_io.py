@@ -4,19 +4,22 @@ What the rest of the writer needs from librdkafka, as small functions over a pro
 consumer it is handed:
 
 - :class:`KafkaClients` — how the producer and consumers are made (confluent_kafka's by
-  default; tests pass fakes) and how topics are checked;
+  default; tests pass fakes), how topics are checked and how the group's members are listed;
 - ``*_config(cfg, error_cb)`` — the three clients' settings, and why;
 - :func:`kafka_errors` / :func:`translate` — :mod:`server.kafka`'s mapping into
   :class:`~writer.errors.WriterKafkaError` and :class:`~writer.errors.FencedError`;
 - :func:`produce`, :func:`consume_batch`, :func:`rewind`, :func:`read_partition`,
-  :func:`watermarks`, :func:`offset_for_time` — the calls, with librdkafka's quirks handled.
+  :func:`watermarks`, :func:`offset_for_time` — the calls, with librdkafka's quirks handled;
+- :func:`bounded` — a blocking call with a deadline of our own, for librdkafka calls that
+  do not always keep theirs (:class:`~writer.errors.WedgedError`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, cast
+from typing import Any, Callable, Iterator, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -27,15 +30,17 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from server import kafka as _kafka
 from server.logs import event_logger
 from topics import TopicSettings, check_topics
 from writer.config import WriterConfig
-from writer.errors import FencedError, WriterError, WriterKafkaError
+from writer.errors import FencedError, WedgedError, WriterError, WriterKafkaError
 
 __all__ = [
     "Consumer",
+    "GroupMember",
     "KafkaClients",
     "KafkaError",
     "KafkaException",
@@ -43,9 +48,12 @@ __all__ = [
     "Producer",
     "TIMEOUT_S",
     "TopicPartition",
+    "bounded",
+    "check_topics_of",
     "consume_batch",
     "consumer_config",
     "error_of",
+    "group_members",
     "is_fatal",
     "is_fenced",
     "kafka_errors",
@@ -63,6 +71,7 @@ TIMEOUT_S = 30.0
 READ_DEADLINE_S = 120.0  # reading one partition of writer-state or the log to its end
 
 ErrorCallback = Callable[[KafkaError], None]
+T = TypeVar("T")
 log = event_logger("evidence.writer")
 error_of = _kafka.error_of
 is_fatal = _kafka.is_fatal
@@ -70,13 +79,74 @@ is_fenced = _kafka.is_fenced
 
 
 @dataclass(frozen=True)
+class GroupMember:
+    """One member of a consumer group, as the group coordinator describes it."""
+
+    member_id: str
+    client_id: str
+    group_instance_id: str | None
+
+
+def group_members(bootstrap: str, group_id: str, timeout: float = 5.0) -> list[GroupMember]:
+    """The members of ``group_id`` now; raises :class:`WriterKafkaError` when the
+    coordinator does not answer."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with kafka_errors(f"describe group {group_id}"):
+        desc = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id]
+        group = desc.result(timeout)
+    return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in group.members]
+
+
+@dataclass(frozen=True)
 class KafkaClients:
     """How the writer gets its clients; each is called with a confluent_kafka config dict
-    (``check_topics`` with the bootstrap servers and the topic settings)."""
+    (``check_topics`` with the bootstrap servers and the topic settings, ``group_members``
+    with the bootstrap servers and a group id)."""
 
     producer: Callable[[dict[str, Any]], Producer] = Producer
     consumer: Callable[[dict[str, Any]], Consumer] = Consumer
     check_topics: Callable[[str, TopicSettings], None] = check_topics
+    group_members: Callable[[str, str], list[GroupMember]] = group_members
+
+
+def check_topics_of(clients: KafkaClients, cfg: WriterConfig) -> None:
+    """``clients.check_topics``; Kafka not answering is a :class:`WriterKafkaError` (wait
+    and try again), a topic that is missing or wrong a ``TopicConfigError`` (do not start)."""
+    with kafka_errors("check topics"):
+        clients.check_topics(cfg.bootstrap, cfg.topics)
+
+
+def bounded(what: str, call: Callable[[], T], deadline_s: float) -> T:
+    """``call()``, waited for at most ``deadline_s``; past it, :class:`WedgedError`.
+
+    librdkafka's blocking transactional calls take a timeout but do not always keep it:
+    ``send_offsets_to_transaction`` waits for a group coordinator it cached before a broker
+    restart, without end (librdkafka #5456, #5511), while the consumer's poll interval and the
+    transaction timeout run out behind it. So the call runs on a daemon thread and the caller
+    waits for it with a deadline of its own. Past the deadline the client is left to that
+    thread (it returns some day, or never; a daemon thread does not hold up the exit) and the
+    caller makes a new one; it must not touch the abandoned client again. Exceptions of the
+    call are raised here, in the caller's thread.
+    """
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"kafka-{what}", daemon=True).start()
+    if not done.wait(deadline_s):
+        raise WedgedError(f"{what}: no answer from librdkafka in {deadline_s:.0f} s, past "
+                          f"its own timeout; the client is abandoned",
+                          code=KafkaError._TIMED_OUT, name="_TIMED_OUT", fatal=True)
+    if "error" in box:
+        raise box["error"]
+    return cast(T, box.get("result"))
 
 
 def translate(err: KafkaError, what: str, consumer: bool = False) -> WriterKafkaError:
@@ -91,9 +161,14 @@ def kafka_errors(what: str, consumer: bool = False) -> Any:
 
 
 # -- the three clients ----------------------------------------------------------------------
-def producer_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any]:
+# ``client_id`` names this writer process to the brokers (one per process): in their logs and
+# in the group's member list (not a reliable owner mark there: a static member that replaces
+# another keeps the replaced one's client id).
+def producer_config(cfg: WriterConfig, error_cb: ErrorCallback,
+                    client_id: str = "evidence-writer") -> dict[str, Any]:
     return {
         "bootstrap.servers": cfg.bootstrap,
+        "client.id": client_id,
         "transactional.id": cfg.transactional_id,
         "enable.idempotence": True,
         "acks": "all",
@@ -108,10 +183,12 @@ def producer_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any
     }
 
 
-def reader_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any]:
+def reader_config(cfg: WriterConfig, error_cb: ErrorCallback,
+                  client_id: str = "evidence-writer") -> dict[str, Any]:
     """The restore reader: assigned partition by partition, never subscribes or commits."""
     return {
         "bootstrap.servers": cfg.bootstrap,
+        "client.id": client_id,
         "group.id": f"{cfg.group_id}.restore",
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
@@ -123,10 +200,12 @@ def reader_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any]:
     }
 
 
-def consumer_config(cfg: WriterConfig, error_cb: ErrorCallback) -> dict[str, Any]:
+def consumer_config(cfg: WriterConfig, error_cb: ErrorCallback,
+                    client_id: str = "evidence-writer") -> dict[str, Any]:
     """The intake consumer; its offsets are committed only inside the writer's transactions."""
     return {
         "bootstrap.servers": cfg.bootstrap,
+        "client.id": client_id,
         "group.id": cfg.group_id,
         "group.instance.id": cfg.instance_id,
         "isolation.level": "read_committed",
@@ -151,7 +230,7 @@ def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | No
 
 
 def consume_batch(consumer: Consumer, max_messages: int, linger_ms: int,
-                  idle_wait_s: float) -> list[Message]:
+                  idle_wait_s: float, rebalances: Callable[[], int] = lambda: 0) -> list[Message]:
     """The next batch: what is already fetched, plus what arrives within the linger.
 
     ``Consumer.consume(n, t)`` returns early only when ``n`` messages are there, so with
@@ -161,6 +240,14 @@ def consume_batch(consumer: Consumer, max_messages: int, linger_ms: int,
     ``idle_wait_s`` (then the caller checks for a stop request and comes back). Under load
     the prefetched messages fill the batch at once and nothing waits.
 
+    A rebalance may run inside any of these calls (the callbacks run there). Within one call
+    librdkafka drops what it fetched for a partition before that partition was revoked; across
+    two calls nobody does: what the first returned may belong to a partition the second
+    revoked. ``rebalances()`` counts the rebalance callbacks run so far; when it moved during
+    the linger call, the messages of the earlier call are dropped. Dropping them loses nothing:
+    after a rebalance every partition this writer still owns was assigned again at its
+    committed offset (eager protocol: revoke all, assign at committed), so they come again.
+
     A fatal error in place of a message raises; other errors are logged and skipped.
     """
     with kafka_errors("consume"):
@@ -169,7 +256,15 @@ def consume_batch(consumer: Consumer, max_messages: int, linger_ms: int,
             first = consumer.poll(idle_wait_s)
             msgs = [first] if first is not None else []
         if msgs and len(msgs) < max_messages and linger_ms > 0:
-            msgs += consumer.consume(max_messages - len(msgs), linger_ms / 1000)
+            seen = rebalances()
+            more = consumer.consume(max_messages - len(msgs), linger_ms / 1000)
+            if rebalances() != seen:
+                dropped = [m for m in msgs if m.error() is None]
+                if dropped:
+                    log("info", "batch_dropped_after_rebalance", messages=len(dropped),
+                        partitions=sorted({m.partition() for m in dropped}))
+                msgs = [m for m in msgs if m.error() is not None]
+            msgs += more
     good = []
     for m in msgs:
         err = m.error()

@@ -7,9 +7,15 @@ bytes and handles Kafka's failure modes:
 - abortable error (``txn_requires_abort``), or any other non-fatal error inside the
   transaction: abort, forget the batch's in-memory heads, rewind the consumer to its
   committed offsets, and consume the batch again, so the same messages get the same seqs;
-- retriable error on commit: retry the commit (librdkafka allows it, the outcome is kept);
-- fatal error or fencing: raise :class:`~writer.errors.WriterKafkaError` /
-  :class:`~writer.errors.FencedError`; the service exits non-zero.
+- retriable error on commit: retry the commit, with backoff (librdkafka allows it, the
+  outcome is kept);
+- fatal error, fencing, an abort that fails, or a call that outlives its deadline
+  (:func:`~writer.kafka_io.bounded`): raise :class:`~writer.errors.WriterKafkaError` /
+  :class:`~writer.errors.FencedError` / :class:`~writer.errors.WedgedError`; the service
+  makes its clients anew (or, fenced by a live rival, exits).
+
+Messages of a partition this writer does not own (any more) are dropped from a batch before
+it is sealed: whoever owns that partition now starts from its committed offset.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ from writer.errors import FencedError, WriterError, WriterKafkaError
 from writer.kafka_io import (
     TIMEOUT_S,
     Consumer,
+    KafkaError,
     Message,
     Producer,
     TopicPartition,
+    bounded,
     consume_batch,
     kafka_errors,
     produce,
@@ -35,9 +43,13 @@ from writer.kafka_io import (
 )
 from writer.metrics import WriterMetrics
 
-__all__ = ["IDLE_WAIT_S", "SealLoop"]
+__all__ = ["CALL_DEADLINE_S", "IDLE_WAIT_S", "SealLoop"]
 
 IDLE_WAIT_S = 0.2  # an idle writer checks for a stop request this often
+CALL_DEADLINE_S = TIMEOUT_S + 10.0
+"""How long a blocking transactional call may take before the producer counts as wedged:
+librdkafka's own timeout (``TIMEOUT_S``) and a grace period."""
+COMMIT_RETRY_MAX_S = 2.0  # the longest pause between two retries of commit_transaction
 
 log = event_logger("evidence.writer")
 
@@ -55,29 +67,45 @@ class _Produced:
 
 class SealLoop:
     """One batch per :meth:`step`. ``check_failure`` raises what librdkafka's callbacks
-    reported (they run inside consume); it is called after every consume."""
+    reported (they run inside consume); it is called after every consume. ``rebalances``
+    counts the rebalance callbacks run so far (see :func:`~writer.kafka_io.consume_batch`);
+    ``call_deadline_s`` bounds each blocking transactional call. ``commits`` counts the
+    transactions committed."""
 
     def __init__(self, producer: Producer, consumer: Consumer, sealer: Sealer,
                  config: WriterConfig, metrics: WriterMetrics, clock: Callable[[], int],
-                 check_failure: Callable[[], None] = lambda: None) -> None:
+                 check_failure: Callable[[], None] = lambda: None,
+                 rebalances: Callable[[], int] = lambda: 0,
+                 call_deadline_s: float = CALL_DEADLINE_S) -> None:
         self.producer = producer
         self.consumer = consumer
         self.sealer = sealer
         self.config = config
         self.names = config.topics.names
         self.metrics = metrics
+        self.commits = 0
         self._clock = clock
         self._check_failure = check_failure
+        self._rebalances = rebalances
+        self._deadline_s = call_deadline_s
 
     def step(self) -> int:
         """Consume the next batch (waiting briefly when idle) and seal it; returns its size."""
         cfg = self.config
         msgs = consume_batch(self.consumer, cfg.batch_max_messages, cfg.batch_linger_ms,
-                             IDLE_WAIT_S)
+                             IDLE_WAIT_S, self._rebalances)
         self._check_failure()
-        if msgs:
-            self.process(msgs)
-        return len(msgs)
+        owned = [m for m in msgs if self.sealer.owns(m.partition())]
+        if len(owned) < len(msgs):
+            log("info", "unowned_dropped", messages=len(msgs) - len(owned),
+                partitions=sorted({m.partition() for m in msgs} - set(self.sealer.owned())))
+        if owned:
+            self.process(owned)
+        return len(owned)
+
+    def _blocking(self, what: str, call: Callable[[], None]) -> None:
+        with kafka_errors(what):
+            bounded(what, call, self._deadline_s)
 
     def process(self, msgs: list[Message]) -> None:
         """Seal ``msgs`` in one transaction; abort and rewind unless the error is fatal."""
@@ -96,12 +124,14 @@ class SealLoop:
         self.metrics.aborts.inc()
         log("warning", "transaction_aborted", code=cause.name, error=str(cause))
         try:
-            with kafka_errors("abort_transaction"):
-                self.producer.abort_transaction(TIMEOUT_S)
+            self._blocking("abort_transaction",
+                           lambda: self.producer.abort_transaction(TIMEOUT_S))
         except WriterKafkaError as e:
-            if e.fatal or isinstance(e, FencedError):
+            if e.code != KafkaError._STATE:
+                # Fatal, fenced, or the abort itself timed out (broker gone): the service
+                # makes a new producer, whose init_transactions aborts what is open.
                 raise
-            # e.g. no transaction was open yet (begin_transaction failed): nothing to undo.
+            # No transaction was open yet (begin_transaction failed): nothing to undo.
             log("warning", "abort_failed", code=e.name, error=str(e))
         # Heads return to the last committed transaction (the overlay is dropped) and the
         # consumer to the committed offsets: the same messages get the same seqs again.
@@ -136,16 +166,18 @@ class SealLoop:
             produced = self._produce_records(msgs)
             self._produce_state()
         # 4. Send the intake offsets into the same transaction.
-        with kafka_errors("send_offsets_to_transaction"):
-            self.producer.send_offsets_to_transaction(
-                [TopicPartition(self.names.intake, p, o)
-                 for p, o in sorted(produced.next_offsets.items())],
-                self.consumer.consumer_group_metadata(), TIMEOUT_S)
+        offsets = [TopicPartition(self.names.intake, p, o)
+                   for p, o in sorted(produced.next_offsets.items())]
+        metadata = self.consumer.consumer_group_metadata()
+        self._blocking("send_offsets_to_transaction",
+                       lambda: self.producer.send_offsets_to_transaction(offsets, metadata,
+                                                                         TIMEOUT_S))
         # 5. Commit.
         t0 = time.perf_counter()
         self._commit()
         # 6. Apply and count what is now committed.
         self.sealer.commit()
+        self.commits += 1
         self._count(msgs, produced, time.perf_counter() - t0)
 
     def _produce_records(self, msgs: list[Message]) -> _Produced:
@@ -175,16 +207,21 @@ class SealLoop:
 
     def _commit(self) -> None:
         """commit_transaction, repeated while librdkafka calls the failure retriable (and
-        neither abortable nor fatal): a repeated commit keeps the first call's outcome."""
+        neither abortable nor fatal): a repeated commit keeps the first call's outcome. The
+        pause between attempts doubles up to ``COMMIT_RETRY_MAX_S``; a retriable failure
+        that comes back at once (broker connection refused) does not spin."""
+        pause = 0.05
         while True:
             try:
-                with kafka_errors("commit_transaction"):
-                    self.producer.commit_transaction(TIMEOUT_S)
+                self._blocking("commit_transaction",
+                               lambda: self.producer.commit_transaction(TIMEOUT_S))
                 return
             except WriterKafkaError as e:
                 if not e.retriable or e.txn_requires_abort or e.fatal:
                     raise
                 log("warning", "commit_retry", code=e.name, error=str(e))
+                time.sleep(pause)
+                pause = min(pause * 2, COMMIT_RETRY_MAX_S)
 
     def _count(self, msgs: list[Message], produced: _Produced, commit_s: float) -> None:
         m_ = self.metrics

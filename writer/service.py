@@ -1,4 +1,4 @@
-"""The single writer as a service: start, run until stopped, close.
+"""The single writer as a service: start, run until stopped, close — and heal in between.
 
 It consumes ``<prefix>.intake`` read_committed and, per batch, runs one Kafka transaction that
 carries the sealed records, the new stream heads and the intake offsets. The pieces, each a
@@ -9,47 +9,82 @@ plain module:
 - :mod:`writer.restore` — heads and dedup window of a partition, read back on assignment;
 - :mod:`writer.loop` — :class:`~writer.loop.SealLoop`, the batch transaction and its abort,
   rewind and commit-retry paths;
-- here: the life cycle, librdkafka's callbacks, and what a fatal error or fencing means for
-  the exit code (:class:`writer.errors.FencedError` / :class:`writer.errors.WriterKafkaError`,
-  exit non-zero).
+- here: the life cycle, librdkafka's callbacks, and what each failure means.
+
+What a failure means:
+
+- A Kafka error the loop cannot handle in place (fatal, a failed abort, a restore that could
+  not read, a call that outlived its deadline, the broker gone for longer than a timeout):
+  the writer *heals*. It drops its clients (producer, restore reader, intake consumer) and the
+  in-memory heads, waits (backoff from ``BACKOFF_MIN_S``, doubling to ``BACKOFF_MAX_S``, reset
+  once a session has committed or lasted ``HEALTHY_AFTER_S``) and makes them anew: the new
+  producer's ``init_transactions`` aborts whatever transaction was open, the new consumer
+  rejoins the group under the same static ``group.instance.id`` and gets its partitions back,
+  and each partition's heads are restored from Kafka as at start-up. Exactly-once holds as
+  across a kill -9: nothing uncommitted was ever visible, and the committed offsets and
+  heads are those of the last committed transaction.
+- Fencing (``FencedError``) is not proof of a second writer: the coordinator fences a writer
+  itself when it aborts a transaction that timed out (a broker kill -9 and restart), and a
+  broker stalled past the session timeout fences the writer's own static consumer. So the
+  fenced writer closes its clients and watches the group (without fencing anyone back): a
+  real second writer joins with the same ``group.instance.id`` right after its
+  init_transactions and keeps heartbeating, so a member with that instance id and a member id
+  none of our consumers had, still there after a session timeout, is a live rival
+  (:meth:`WriterService._identity_holder`). Then, or when fenced ``FENCINGS_FOR_RIVAL``
+  times within ``FENCING_WINDOW_S``, the writer exits with :data:`EXIT_FENCED` (3): a
+  supervisor must not restart it into a fencing war. Otherwise it heals (the watch takes
+  ``fencing_wait_s``, a session timeout more when a stale member of ours lingers).
+- ``StateMismatchError`` (writer-state disagreeing with the log: corruption) exits 1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from typing import Callable, cast
+import uuid
+from typing import Callable
 
 from evidence_contract import now_micros
 from server.logs import event_logger
 from server.version import version
 from writer.config import WriterConfig
 from writer.core import Sealer
-from writer.errors import FencedError, WriterError, WriterKafkaError
+from writer.errors import (
+    FencedError,
+    StateMismatchError,
+    WedgedError,
+    WriterError,
+    WriterKafkaError,
+)
 from writer.kafka_io import (
     TIMEOUT_S,
     Consumer,
+    GroupMember,
     KafkaClients,
     KafkaError,
-    KafkaException,
     Producer,
     TopicPartition,
+    bounded,
+    check_topics_of,
     consumer_config,
-    error_of,
     is_fatal,
-    is_fenced,
     kafka_errors,
     producer_config,
     reader_config,
     translate,
 )
-from writer.loop import SealLoop
+from writer.loop import CALL_DEADLINE_S, SealLoop
 from writer.metrics import WriterMetrics
 from writer.restore import restore
 
-__all__ = ["WriterService"]
+__all__ = ["EXIT_FENCED", "WriterService"]
 
-FENCING_WAIT_S = 10.0  # how long a generic fatal error waits for the consumer to name fencing
+EXIT_FENCED = 3
+"""Exit code of a writer fenced by a live rival: "do not restart me" (devstack.supervise)."""
+FENCING_WAIT_S = 5.0  # how long a fenced writer waits for a rival to join the group
+FENCING_WINDOW_S, FENCINGS_FOR_RIVAL = 120.0, 3  # this many fencings in the window: a rival
+BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 30.0, 30.0
 
 log = event_logger("evidence.writer")
 
@@ -59,18 +94,23 @@ class WriterService:
 
     No I/O in ``__init__``. ``request_stop()`` is safe from a signal handler: the open
     transaction is finished (committed or aborted) before ``run()`` returns 0. ``clients``
-    makes the Kafka clients (confluent_kafka's unless given).
+    makes the Kafka clients (confluent_kafka's unless given); ``call_deadline_s`` bounds each
+    blocking transactional call (:func:`~writer.kafka_io.bounded`).
     """
 
     def __init__(self, config: WriterConfig, metrics: WriterMetrics | None = None,
                  clock: Callable[[], int] = now_micros, clients: KafkaClients | None = None,
-                 fencing_wait_s: float = FENCING_WAIT_S) -> None:
+                 fencing_wait_s: float = FENCING_WAIT_S,
+                 call_deadline_s: float = CALL_DEADLINE_S) -> None:
         self.config = config
         self.metrics = metrics or WriterMetrics()
         self.names = config.topics.names
         self._clock = clock
         self._clients = clients or KafkaClients()
         self._fencing_wait_s = fencing_wait_s
+        self._deadline_s = call_deadline_s
+        # Names this process in the brokers' logs and in the group's member list.
+        self.client_id = f"evidence-writer/{config.writer_id}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self._writer = {"writer_id": config.writer_id, "transactional_id": config.transactional_id,
                         "version": version()}
         self.sealer = Sealer(self._writer, config.topics.max_message_bytes,
@@ -82,100 +122,219 @@ class WriterService:
         self._loop: SealLoop | None = None
         self._stop = False
         self._failure: WriterError | None = None  # set from librdkafka callbacks
+        self._rebalances = 0  # rebalance callbacks run; see kafka_io.consume_batch
+        self._sessions = 0
+        self._session_at = 0.0
+        self._backoff = BACKOFF_MIN_S
+        self._fencings: list[float] = []
+        self._member_ids: set[str] = set()  # every group member id our consumers have had
 
     # -- life cycle ---------------------------------------------------------------------------
     def request_stop(self) -> None:
         self._stop = True
 
     def start(self) -> None:
-        """Check topics, fence any previous writer, join the group; raises on failure."""
-        cfg, make = self.config, self._clients
-        make.check_topics(cfg.bootstrap, cfg.topics)  # never creates: a wrong topic stops start-up
-        self._producer = make.producer(producer_config(cfg, self._on_producer_error))
-        # init_transactions bumps the producer epoch for our transactional.id: a previous
-        # writer with this id is fenced and its open transaction aborted *before* we read
-        # any state, so the heads we restore cannot move under us.
-        with kafka_errors("init_transactions"):
-            self._producer.init_transactions(TIMEOUT_S)
-        self._reader = make.consumer(reader_config(cfg, self._on_consumer_error))
-        self._consumer = make.consumer(consumer_config(cfg, self._on_consumer_error))
-        self._consumer.subscribe([self.names.intake], on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
-        self._loop = SealLoop(self._producer, self._consumer, self.sealer, cfg, self.metrics,
-                              self._clock, self._raise_failure)
+        """Check topics (waiting while Kafka does not answer), fence any previous writer, join
+        the group. Raises ``TopicConfigError`` for missing or wrong topics; a Kafka error of
+        the first connection is left to :meth:`run`, which heals it."""
+        cfg = self.config
+        self._check_topics()
         self.metrics.serve(cfg.metrics_port)
         log("info", "started", transactional_id=cfg.transactional_id, group_id=cfg.group_id,
             group_instance_id=cfg.instance_id, writer_id=cfg.writer_id, prefix=self.names.prefix,
-            batch_max_messages=cfg.batch_max_messages, batch_linger_ms=cfg.batch_linger_ms)
+            client_id=self.client_id, batch_max_messages=cfg.batch_max_messages,
+            batch_linger_ms=cfg.batch_linger_ms)
+        if self._stop:
+            return
+        try:
+            self._connect()
+        except WriterError as e:
+            self._disconnect(wedged=isinstance(e, WedgedError))
+            self._failure = e  # run() heals it
+
+    def _check_topics(self) -> None:
+        backoff = BACKOFF_MIN_S
+        while True:
+            try:
+                check_topics_of(self._clients, self.config)
+                return
+            except WriterError as e:
+                if self._stop:
+                    return
+                log("warning", "waiting_for_kafka", error=str(e), retry_in_s=backoff)
+                self._pause(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _connect(self) -> None:
+        """One session: a producer whose init_transactions fences any previous writer with our
+        transactional id (and aborts its open transaction) *before* we read any state, so the
+        heads we restore cannot move under us; then the reader and the intake consumer."""
+        cfg, make = self.config, self._clients
+        self._failure = None
+        self._sessions += 1
+        self._session_at = time.monotonic()
+        producer = self._producer = make.producer(
+            producer_config(cfg, self._on_producer_error, self.client_id))
+        with kafka_errors("init_transactions"):
+            bounded("init_transactions", lambda: producer.init_transactions(TIMEOUT_S),
+                    self._deadline_s)
+        self._reader = make.consumer(reader_config(cfg, self._on_consumer_error, self.client_id))
+        self._consumer = make.consumer(
+            consumer_config(cfg, self._on_consumer_error, self.client_id))
+        self._consumer.subscribe([self.names.intake], on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        self._loop = SealLoop(self._producer, self._consumer, self.sealer, cfg, self.metrics,
+                              self._clock, self._raise_failure, lambda: self._rebalances,
+                              self._deadline_s)
+        if self._sessions > 1:
+            log("info", "reconnected", session=self._sessions)
+
+    def _disconnect(self, wedged: bool = False) -> None:
+        """Let go of this session's clients and of every partition's in-memory state.
+
+        The producer is not flushed nor used again: the next session's init_transactions
+        aborts what it left open (and a wedged one is still inside a call on another thread).
+        """
+        consumer, reader = self._consumer, self._reader
+        self._consumer = self._reader = self._producer = None
+        self._loop = None
+        for c in (consumer, reader):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
+        self.sealer.abort()
+        for p in self.sealer.owned():
+            self.sealer.revoke(p)
+        if wedged:
+            log("warning", "client_abandoned",
+                message="a librdkafka call outlived its deadline; that producer is left to "
+                        "its thread and a new one made")
 
     def close(self) -> None:
-        if self._consumer is not None:
+        """Clean shutdown: close the consumers (no transaction is open), flush the producer."""
+        producer = self._producer
+        self._disconnect()
+        if producer is not None:
             with contextlib.suppress(Exception):
-                self._consumer.close()
-            self._consumer = None
-        if self._reader is not None:
-            with contextlib.suppress(Exception):
-                self._reader.close()
-            self._reader = None
-        if self._producer is not None:
-            with contextlib.suppress(Exception):
-                self._producer.flush(5)
-            self._producer = None
-        self._loop = None
+                producer.flush(5)
 
     def run(self) -> int:
-        """Seal until ``request_stop()``; 0 on a clean stop, 1 on a fatal error or fencing."""
-        assert self._loop is not None, "start() first"
+        """Seal until ``request_stop()``, healing what can be healed (module docstring).
+
+        0 on a clean stop, :data:`EXIT_FENCED` when a live rival holds our identity, 1 when
+        writer-state disagrees with the log.
+        """
         try:
             while not self._stop:
-                self._raise_failure()
-                self._loop.step()
+                try:
+                    if self._loop is None and self._failure is None:
+                        self._connect()
+                    self._raise_failure()
+                    assert self._loop is not None
+                    self._loop.step()
+                except StateMismatchError as e:
+                    return self._fatal(e)
+                except FencedError as e:
+                    rival = self._rival(e)
+                    if rival is not None:
+                        return self._fenced(e, rival)
+                    self._heal(e, pause=False)
+                except WriterError as e:
+                    self._heal(e)
             log("info", "stopped", reason="stop requested; no transaction open")
             return 0
-        except FencedError as e:
-            return self._fenced(e)
-        except WriterKafkaError as e:
-            # A transactional producer that is fenced often reports only a generic _FATAL on
-            # the operation it was in. Our consumer shares the writer's group.instance.id, so a
-            # new writer fences it too, by code (FENCED_INSTANCE_ID), at its next heartbeat:
-            # wait for that before calling the failure anything else.
-            fenced = self._consumer_fenced() if e.fatal else None
-            if fenced is not None:
-                return self._fenced(fenced)
-            return self._fatal(e)
-        except WriterError as e:
-            return self._fatal(e)
         finally:
             self.close()
+
+    def _heal(self, e: WriterError, pause: bool = True) -> None:
+        """Drop the session after ``e``; wait (unless ``pause`` is false); the loop reconnects."""
+        loop = self._loop
+        if (loop is not None and loop.commits) or \
+                time.monotonic() - self._session_at >= HEALTHY_AFTER_S:
+            self._backoff = BACKOFF_MIN_S
+        wait = self._backoff if pause else 0.0
+        log("warning", "reconnecting", error=str(e), error_type=type(e).__name__,
+            code=getattr(e, "name", None), retry_in_s=wait, session=self._sessions,
+            message="making the Kafka clients anew; the open transaction, if any, is aborted "
+                    "and its batch sealed again")
+        self._disconnect(wedged=isinstance(e, WedgedError))
+        self._failure = None
+        if pause:
+            self._pause(wait)
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+
+    def _pause(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stop and time.monotonic() < deadline:
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def _fatal(self, e: WriterError) -> int:
         log("error", "fatal", error=str(e), error_type=type(e).__name__,
             message="the writer cannot continue; exiting")
         return 1
 
-    def _fenced(self, e: FencedError) -> int:
+    def _fenced(self, e: FencedError, rival: str) -> int:
         log("error", "fenced", error=str(e), code=e.name, transactional_id=self.config.transactional_id,
-            message="another writer with this transactional id / group instance id took over; exiting")
-        return 1
+            rival=rival, exit_code=EXIT_FENCED,
+            message="another writer with this transactional id / group instance id took over; "
+                    "exiting, not to be restarted")
+        return EXIT_FENCED
 
-    def _consumer_fenced(self) -> FencedError | None:
-        """Serve the consumer's callbacks for a while; the fencing it reports, if any."""
-        consumer = self._consumer
-        if consumer is None:
-            return None
-        deadline = time.monotonic() + self._fencing_wait_s
-        while time.monotonic() < deadline:
-            if isinstance(self._failure, FencedError):
-                return self._failure
+    # -- fencing: a rival, or the coordinator? -----------------------------------------------------
+    def _rival(self, e: FencedError) -> str | None:
+        """Who fenced us, if a live rival did (a description of it); None when no one did."""
+        now = time.monotonic()
+        self._fencings = [t for t in self._fencings if now - t < FENCING_WINDOW_S] + [now]
+        if len(self._fencings) >= FENCINGS_FOR_RIVAL:
+            return f"fenced {len(self._fencings)} times in {FENCING_WINDOW_S:.0f} s"
+        holder = self._identity_holder()
+        if holder is not None:
+            return _describe(holder)
+        log("warning", "fenced_without_rival", error=str(e), code=e.name,
+            fencings=len(self._fencings),
+            message="fenced, but no other writer holds our group.instance.id: the coordinator "
+                    "aborted a timed-out transaction or a stalled broker expired our session; "
+                    "re-initialising")
+        return None
+
+    def _identity_holder(self) -> GroupMember | None:
+        """A live member of our group, not ours, holding our group.instance.id; or None.
+
+        Our clients are closed first, so that our own member stops heartbeating: a static
+        member does not leave on close, it expires after the session timeout. Then the group
+        is watched: a member with our instance id whose member id none of our consumers ever
+        had, still there after a session timeout, is heartbeating, so alive: a rival. (Its
+        client id cannot tell: a static member that replaces another keeps the replaced one's
+        client id.) Our own member, or nobody, until ``fencing_wait_s`` has passed (the time a
+        new writer takes from init_transactions to joining the group) means no rival. A group
+        the coordinator does not describe counts as no rival (the fencing count still holds).
+        """
+        cfg = self.config
+        if self._consumer is not None:
+            self._note_member_id(self._consumer)
+        self._disconnect()
+        persist_s = cfg.session_timeout_ms / 1000 + 2.0
+        start = time.monotonic()
+        join_until, give_up = start + self._fencing_wait_s, \
+            start + self._fencing_wait_s + 2 * persist_s
+        seen: dict[str, float] = {}
+        while True:
             try:
-                # Serves callbacks; nothing consumed here is processed.
-                for m in consumer.consume(100, 0.2):
-                    fenced = _fencing(m.error())
-                    if fenced is not None:
-                        return fenced
-            except KafkaException as ke:
-                return _fencing(error_of(ke))
-        return self._failure if isinstance(self._failure, FencedError) else None
+                members = self._clients.group_members(cfg.bootstrap, cfg.group_id)
+            except WriterError as err:
+                log("info", "group_unknown", error=str(err))
+                members = None
+            now = time.monotonic()
+            holder = next((m for m in members or () if m.group_instance_id == cfg.instance_id),
+                          None)
+            if holder is not None and holder.member_id not in self._member_ids:
+                if now - seen.setdefault(holder.member_id, now) >= persist_s:
+                    return holder
+            elif now >= join_until:
+                return None
+            if self._stop or now >= give_up:
+                return None
+            self._pause(min(0.5, persist_s / 4))
 
     # -- librdkafka callbacks (run inside poll/consume on this thread) ---------------------------
     def _on_producer_error(self, err: KafkaError) -> None:
@@ -199,6 +358,7 @@ class WriterService:
             raise self._failure
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         reader = self._reader
         try:
             assert reader is not None, "start() creates the reader before subscribing"
@@ -214,6 +374,7 @@ class WriterService:
                 log("info", "partition_assigned", partition=tp.partition, committed_offset=tp.offset,
                     streams=len(heads), dedup_ids=len(window))
             consumer.assign(committed)
+            self._note_member_id(consumer)
             log("info", "assigned", partitions=[tp.partition for tp in committed],
                 restore_s=round(time.monotonic() - t0, 3))
         except WriterError as e:
@@ -223,9 +384,17 @@ class WriterService:
             self._failure = self._failure or WriterError(f"partition assignment failed: {e!r}")
             consumer.assign([])
 
+    def _note_member_id(self, consumer: Consumer) -> None:
+        with contextlib.suppress(Exception):
+            member_id = consumer.memberid()
+            if member_id:
+                self._member_ids.add(member_id)
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Callbacks run inside consume(), which is only called between transactions, so no
-        # transaction holds records of these partitions.
+        # transaction holds records of these partitions. Messages of these partitions that an
+        # earlier consume call of the same batch returned are dropped (kafka_io.consume_batch).
+        self._rebalances += 1
         for tp in partitions:
             self.sealer.revoke(tp.partition)
         log("info", "revoked", partitions=[tp.partition for tp in partitions])
@@ -233,8 +402,5 @@ class WriterService:
             consumer.unassign()
 
 
-def _fencing(err: KafkaError | None) -> FencedError | None:
-    """``err`` as a :class:`FencedError` if it is the consumer's fencing, else None."""
-    if err is not None and is_fenced(err, consumer=True):
-        return cast(FencedError, translate(err, "consume", consumer=True))
-    return None
+def _describe(m: GroupMember) -> str:
+    return f"group member {m.member_id} (client {m.client_id})"

@@ -4,15 +4,20 @@ The fakes keep what the shell relies on from librdkafka: a transaction's records
 become visible together at commit or never; an error is librdkafka's own ``KafkaError``,
 built with its flags (retriable, txn_requires_abort, fatal) and raised as ``KafkaException``
 from the call that failed; after an abortable error every transactional call fails until
-``abort_transaction``; after a fatal one every call fails. The real thing is tested in
-tests/integration/test_writer*.py; these reach the abort, rewind and retry paths that a
-healthy broker never takes.
+``abort_transaction``; after a fatal one every call fails. A producer's init_transactions
+fences the older producer of its transactional id, and a consumer joining with a static
+group.instance.id fences the older consumer of that id (librdkafka reports it as ``_FATAL``);
+the group's members are listed with their client ids. The real thing is tested in
+tests/integration/test_writer*.py; these reach the abort, rewind, retry and healing paths that
+a healthy broker never takes.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import threading
+import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -34,18 +39,20 @@ from tests.fixtures.writer import encode_capture, make_capture
 from topics import TopicSettings
 from writer.config import WriterConfig
 from writer.core import Sealer, encode_head
+from writer import service as service_module
 from writer.errors import FencedError, StateMismatchError, WriterError, WriterKafkaError
-from writer.kafka_io import KafkaClients
+from writer.kafka_io import GroupMember, KafkaClients
 from writer.loop import SealLoop
 from writer.metrics import WriterMetrics
-from writer.service import WriterService
+from writer.service import EXIT_FENCED, WriterService
 
 pytestmark = pytest.mark.timeout(30)
 
 SETTINGS = TopicSettings(partitions=2)
 NAMES = SETTINGS.names
 CONFIG = WriterConfig(bootstrap="fake:9092", topics=SETTINGS, transactional_id="tx-1",
-                      group_id="g-1", writer_id="w-1", batch_linger_ms=0, metrics_port=0)
+                      group_id="g-1", writer_id="w-1", batch_linger_ms=0, metrics_port=0,
+                      session_timeout_ms=200)
 STREAM = "acme:shell"  # one stream, so one partition: Kafka's murmur2 puts it on 0 of 2
 
 
@@ -71,13 +78,27 @@ class GroupMetadata:
 
 
 class Cluster:
-    """Topics as lists of committed messages, and the groups' committed offsets."""
+    """Topics as lists of committed messages, the groups' committed offsets, the current
+    producer of each transactional id and the static members of each group."""
 
     def __init__(self, partitions: int = SETTINGS.partitions) -> None:
         self.partitions = partitions
         self.topics: dict[tuple[str, int], list[Stored]] = defaultdict(list)
         self.group_offsets: dict[tuple[str, str, int], int] = {}
+        self.transactional: dict[str, FakeProducer] = {}
+        self.static: dict[tuple[str, str], FakeConsumer] = {}
+        self.group_unknown = False  # the coordinator does not answer DescribeGroups
+        self.session_timeout_s = 0.2  # a closed static member is listed this long after
         self._ms = itertools.count(1_800_000_000_000)
+
+    def group_members(self, bootstrap: str, group: str) -> list[GroupMember]:
+        if self.group_unknown:
+            raise WriterKafkaError("describe group: injected", code=KafkaError._TIMED_OUT,
+                                   name="_TIMED_OUT")
+        now = time.monotonic()
+        return [GroupMember(c.member_id, c.client_id, iid)
+                for (g, iid), c in self.static.items() if g == group
+                and (c.closed_at is None or now - c.closed_at < self.session_timeout_s)]
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
                headers: list | None = None) -> None:
@@ -107,12 +128,15 @@ class FakeProducer:
         self._abortable: KafkaError | None = None
         self._fatal: KafkaError | None = None
         self.buffer_full = 0  # produce() raises BufferError this many times first
+        self.hang: dict[str, threading.Event] = {}  # method -> blocks until the event is set
 
     def fail(self, method: str, err: KafkaError, times: int = 1) -> None:
         self._failures[method].extend([err] * times)
 
     def _call(self, method: str, transactional: bool = True) -> None:
         self.calls[method] += 1
+        if method in self.hang:
+            self.hang[method].wait()
         if self._fatal is not None:
             raise KafkaException(self._fatal)
         if self._failures[method]:
@@ -131,6 +155,14 @@ class FakeProducer:
 
     def init_transactions(self, timeout: float) -> None:
         self._call("init_transactions", transactional=False)
+        tid = self.config.get("transactional.id")
+        older = self.cluster.transactional.get(tid)
+        if older is not None and older is not self:
+            # A new epoch: the older producer is fenced and its open transaction aborted.
+            older._fatal = KafkaError(KafkaError._FENCED, "fenced by a newer instance",
+                                      fatal=True)
+            older._open, older._records, older._offsets = False, [], []
+        self.cluster.transactional[tid] = self
 
     def begin_transaction(self) -> None:
         self._call("begin_transaction")
@@ -182,6 +214,10 @@ class FakeConsumer:
     def __init__(self, cluster: Cluster, config: dict[str, Any]) -> None:
         self.cluster, self.config = cluster, config
         self.group = config["group.id"]
+        self.client_id = config.get("client.id", "rdkafka")
+        self.member_id = f"{config.get('group.instance.id', 'dynamic')}-{id(self):x}"
+        self.closed_at: float | None = None
+        self.on_consume: deque[Callable[["FakeConsumer"], None]] = deque()  # one per consume
         self.error_cb: Callable[[KafkaError], None] = config.get("error_cb", lambda err: None)
         self.positions: dict[tuple[str, int], int] = {}
         self.seeks: list[tuple[int, int]] = []
@@ -194,10 +230,27 @@ class FakeConsumer:
     def subscribe(self, topics: list[str], on_assign: Callable, on_revoke: Callable,
                   on_lost: Callable | None = None) -> None:
         self._subscription = (topics, on_assign, on_revoke)
+        iid = self.config.get("group.instance.id")
+        if iid is not None:
+            older = self.cluster.static.get((self.group, iid))
+            if older is not None and older is not self:
+                older.report.append(KafkaError(KafkaError._FATAL, "fenced instance id",
+                                               fatal=True))
+            self.cluster.static[(self.group, iid)] = self
+
+    def rebalance(self, revoke: list[int], assign: list[int] | None = None) -> None:
+        """Run the revoke (then the assign) callbacks, as librdkafka does inside a consume."""
+        assert self._subscription is not None
+        topics, on_assign, on_revoke = self._subscription
+        on_revoke(self, [TopicPartition(topics[0], p) for p in revoke])
+        if assign is not None:
+            on_assign(self, [TopicPartition(topics[0], p) for p in assign])
 
     def _serve(self) -> None:
         while self.report:
             self.error_cb(self.report.popleft())
+        if self.on_consume:
+            self.on_consume.popleft()(self)
         if self._subscription is not None and not self._rebalanced:
             self._rebalanced = True
             topics, on_assign, _ = self._subscription
@@ -270,9 +323,13 @@ class FakeConsumer:
     def consumer_group_metadata(self) -> GroupMetadata:
         return GroupMetadata(self.group)
 
+    def memberid(self) -> str:
+        return self.member_id
+
     def close(self) -> None:
         if self._subscription is not None and self.positions:
             self._subscription[2](self, self.assignment())
+        self.closed_at = time.monotonic()  # a static member stops heartbeating, stays listed
 
 
 class Fakes:
@@ -284,10 +341,16 @@ class Fakes:
         self.consumers: list[FakeConsumer] = []
         self.config = WriterConfig(**{**CONFIG.__dict__, **config})
         self.clock = itertools.count(1_800_000_000_000_000, 1_000).__next__
-        self.service = WriterService(self.config, WriterMetrics(), clock=self.clock,
-                                     clients=KafkaClients(self._producer, self._consumer,
-                                                          lambda bootstrap, topics: None),
-                                     fencing_wait_s=0.5)
+        self.service = self.new_service()
+
+    def new_service(self, **kw: Any) -> WriterService:
+        """A writer process on this cluster (its own client id), with this config."""
+        return WriterService(self.config, WriterMetrics(), clock=self.clock,
+                             clients=self.clients(), **{"fencing_wait_s": 0.5, **kw})
+
+    def clients(self) -> KafkaClients:
+        return KafkaClients(self._producer, self._consumer, lambda bootstrap, topics: None,
+                            self.cluster.group_members)
 
     def _producer(self, config: dict[str, Any]) -> FakeProducer:
         self.producers.append(FakeProducer(self.cluster, config))
@@ -303,7 +366,24 @@ class Fakes:
 
     @property
     def intake_consumer(self) -> FakeConsumer:
-        return next(c for c in self.consumers if c.group == self.config.group_id)
+        return [c for c in self.consumers if c.group == self.config.group_id][-1]
+
+    def run_until(self, done: Callable[[], bool], timeout: float = 10.0,
+                  service: WriterService | None = None) -> int:
+        """``service.run()`` on a thread until ``done()`` (then a stop request) or until it
+        returns by itself; its exit code."""
+        service = service or self.service
+        result: list[int] = []
+        t = threading.Thread(target=lambda: result.append(service.run()), daemon=True)
+        t.start()
+        deadline = time.monotonic() + timeout
+        while t.is_alive() and not done():
+            assert time.monotonic() < deadline, "run_until: condition not reached"
+            time.sleep(0.005)
+        service.request_stop()
+        t.join(10)
+        assert not t.is_alive(), "run() did not return after a stop request"
+        return result[0]
 
     def start(self) -> "Fakes":
         self.service.start()
@@ -352,6 +432,11 @@ def assert_gapless_chain(sealed: list[tuple[int, str, bytes, bytes]], event_ids:
 def events(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, Any]]:
     return [{"event": r.getMessage(), **getattr(r, "evidence_fields", {})}
             for r in caplog.records if r.name == "evidence.writer" and r.getMessage() == name]
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "BACKOFF_MIN_S", 0.01)
 
 
 @pytest.fixture
@@ -461,18 +546,6 @@ def test_a_fatal_error_exits_the_loop_with_the_writer_kafka_error(fakes, caplog)
     assert fakes.sealed() == [] and fakes.intake_offset() is None
 
 
-def test_run_exits_1_and_names_the_fatal_error(caplog):
-    f = Fakes()
-    f.start()
-    f.captures(1)
-    f.producer.fail("commit_transaction", kafka_error(KafkaError._INCONSISTENT, fatal=True))
-    caplog.set_level(logging.INFO, logger="evidence.writer")
-    assert f.service.run() == 1
-    [fatal] = events(caplog, "fatal")
-    assert fatal["error_type"] == "WriterKafkaError" and "_INCONSISTENT" in fatal["error"]
-    assert not events(caplog, "fenced")
-
-
 def test_a_fenced_producer_is_a_fenced_error(fakes):
     fakes.captures(1)
     fakes.producer.fail("commit_transaction", kafka_error(KafkaError.PRODUCER_FENCED, fatal=True))
@@ -482,28 +555,187 @@ def test_a_fenced_producer_is_a_fenced_error(fakes):
     assert e.value.name == "PRODUCER_FENCED" and fakes.producer.calls["abort_transaction"] == 0
 
 
-def test_run_exits_1_and_says_fenced(fakes, caplog):
-    fakes.captures(1)
-    fakes.producer.fail("send_offsets_to_transaction",
-                        kafka_error(KafkaError.INVALID_PRODUCER_EPOCH, fatal=True))
-    assert fakes.service.run() == 1
-    [fenced] = events(caplog, "fenced")
-    assert fenced["code"] == "INVALID_PRODUCER_EPOCH" and fenced["transactional_id"] == "tx-1"
-    assert not events(caplog, "fatal")
-
-
-def test_a_generic_fatal_error_is_named_fencing_when_the_consumer_reports_it(caplog):
+def test_the_fatal_error_of_a_producer_heals_with_a_new_producer_and_the_chain_goes_on(caplog):
     f = Fakes()
     f.start()
-    f.captures(1)
-    f.step()  # assigned and one batch committed
-    f.captures(1)
-    f.producer.fail("commit_transaction", kafka_error(KafkaError._FATAL, fatal=True))
-    # librdkafka reports the consumer's static-membership fencing as _FATAL via error_cb.
-    f.intake_consumer.report.append(kafka_error(KafkaError._FATAL, fatal=True))
+    ids = f.captures(2)
+    f.producer.fail("commit_transaction", kafka_error(KafkaError._INCONSISTENT, fatal=True))
     caplog.set_level(logging.INFO, logger="evidence.writer")
-    assert f.service.run() == 1
-    assert events(caplog, "fenced") and not events(caplog, "fatal")
+    assert f.run_until(lambda: len(f.sealed()) == 2) == 0
+    assert_gapless_chain(f.sealed(), ids)
+    assert len(f.producers) == 2 and f.producers[1].calls["init_transactions"] == 1
+    [healing] = events(caplog, "reconnecting")
+    assert healing["error_type"] == "WriterKafkaError" and healing["code"] == "_INCONSISTENT"
+    assert events(caplog, "reconnected") and not events(caplog, "fatal")
+    assert f.intake_offset() == 2
+
+
+def test_fenced_by_the_coordinator_alone_heals_at_once_and_reseals_the_same_seqs(caplog):
+    """kill -9 of the broker: the coordinator aborts the timed-out transaction and bumps the
+    epoch, so the writer's abort (or next call) says _FENCED although no other writer exists."""
+    f = Fakes()
+    f.start()
+    first = f.captures(1)
+    f.step()
+    more = f.captures(2)
+    f.producer.fail("send_offsets_to_transaction",
+                    kafka_error(KafkaError._FENCED, fatal=True))
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: len(f.sealed()) == 3) == 0
+    assert_gapless_chain(f.sealed(), first + more)
+    [suspect] = events(caplog, "fenced_without_rival")
+    assert suspect["code"] == "_FENCED"
+    assert events(caplog, "reconnecting")[0]["retry_in_s"] == 0.0
+    assert not events(caplog, "fenced")
+
+
+@pytest.mark.parametrize("ghost", [False, True], ids=["own-member", "unknown-stale-member"])
+def test_a_static_consumer_fenced_after_a_broker_stall_heals(caplog, ghost):
+    """A broker stalled past the session timeout: librdkafka's consumer is fenced by its own
+    rejoin (FENCED_INSTANCE_ID, reported as _FATAL). The member holding the id is ours, or
+    one the consumer never learnt (the rejoin's), which stops heartbeating with it and expires."""
+    f = Fakes()
+    f.start()
+    ids = f.captures(1)
+    f.step()
+    if ghost:
+        stale = FakeConsumer(f.cluster, {"group.id": CONFIG.group_id, "client.id": "x",
+                                         "group.instance.id": CONFIG.instance_id})
+        stale.closed_at = time.monotonic()  # not heartbeating
+        f.cluster.static[(CONFIG.group_id, CONFIG.instance_id)] = stale
+    f.intake_consumer.report.append(kafka_error(KafkaError._FATAL, fatal=True))
+    more = f.captures(1)
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: len(f.sealed()) == 2) == 0
+    assert_gapless_chain(f.sealed(), ids + more)
+    assert events(caplog, "fenced_without_rival") and not events(caplog, "fenced")
+
+
+def test_a_live_rival_with_our_identity_ends_the_writer_with_exit_3(caplog):
+    f = Fakes()
+    f.start()
+    ids = f.captures(2)
+    f.step()
+    rival = f.new_service()  # another process: same transactional and instance id
+    rival.start()            # fences our producer; its consumer takes our instance id
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    more = f.captures(1)
+    assert f.run_until(lambda: False) == EXIT_FENCED
+    [fenced] = events(caplog, "fenced")
+    assert rival._consumer.memberid() in fenced["rival"] and fenced["exit_code"] == 3
+    assert "took over" in fenced["message"]
+    assert f.sealed()[-1][1] == ids[-1], "the fenced writer sealed nothing more"
+    assert f.run_until(lambda: len(f.sealed()) == 3, service=rival) == 0
+    assert_gapless_chain(f.sealed(), ids + more)
+
+
+def test_fenced_again_and_again_with_the_group_unknown_is_a_rival(caplog):
+    f = Fakes()
+    f.start()
+    f.cluster.group_unknown = True
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    f.captures(1)
+
+    def fence_each_new_producer(config: dict[str, Any]) -> FakeProducer:
+        p = FakeProducer(f.cluster, config)
+        p.fail("send_offsets_to_transaction", kafka_error(KafkaError._FENCED, fatal=True))
+        f.producers.append(p)
+        return p
+
+    f.service._clients = KafkaClients(fence_each_new_producer, f._consumer,
+                                      lambda b, t: None, f.cluster.group_members)
+    f.producer.fail("send_offsets_to_transaction", kafka_error(KafkaError._FENCED, fatal=True))
+    assert f.run_until(lambda: False) == EXIT_FENCED
+    assert len(events(caplog, "fenced_without_rival")) == 2
+    [fenced] = events(caplog, "fenced")
+    assert "fenced 3 times" in fenced["rival"]
+
+
+def test_a_call_that_outlives_its_deadline_abandons_the_producer_and_a_new_one_seals(caplog):
+    """librdkafka #5456/#5511: send_offsets_to_transaction waits forever for a coordinator
+    it cached before a broker restart, its timeout ignored."""
+    f = Fakes()
+    f.service = f.new_service(call_deadline_s=0.3)
+    f.start()
+    ids = f.captures(3)
+    stuck = threading.Event()
+    f.producer.hang["send_offsets_to_transaction"] = stuck
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    try:
+        assert f.run_until(lambda: len(f.sealed()) == 3) == 0
+    finally:
+        stuck.set()
+    assert_gapless_chain(f.sealed(), ids)
+    assert len(f.producers) == 2
+    [healing] = events(caplog, "reconnecting")
+    assert healing["error_type"] == "WedgedError"
+    assert events(caplog, "client_abandoned")
+    assert f.intake_offset() == 3
+
+
+def test_an_abort_that_times_out_heals_with_a_new_producer(caplog):
+    f = Fakes()
+    f.start()
+    ids = f.captures(2)
+    f.producer.fail("commit_transaction", kafka_error(KafkaError.INVALID_TXN_STATE,
+                                                      txn_requires_abort=True))
+    f.producer.fail("abort_transaction", kafka_error(KafkaError._TIMED_OUT, retriable=True))
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: len(f.sealed()) == 2) == 0
+    assert_gapless_chain(f.sealed(), ids)
+    assert [e["code"] for e in events(caplog, "reconnecting")] == ["_TIMED_OUT"]
+
+
+def test_a_restore_that_fails_on_a_restarted_broker_heals(caplog, monkeypatch):
+    """After a broker restart offsets_for_times may answer FENCED_LEADER_EPOCH once."""
+    f = Fakes()
+    failures = [kafka_error(KafkaError.FENCED_LEADER_EPOCH, retriable=True)]
+    real = FakeConsumer.offsets_for_times
+
+    def flaky(self, partitions, timeout=None):
+        if failures:
+            raise KafkaException(failures.pop())
+        return real(self, partitions, timeout)
+
+    monkeypatch.setattr(FakeConsumer, "offsets_for_times", flaky)
+    f.start()
+    ids = f.captures(2)
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: len(f.sealed()) == 2) == 0
+    assert_gapless_chain(f.sealed(), ids)
+    assert [e["code"] for e in events(caplog, "reconnecting")] == ["FENCED_LEADER_EPOCH"]
+
+
+def test_start_waits_while_kafka_does_not_answer(caplog):
+    f = Fakes()
+    answers = [KafkaException(kafka_error(KafkaError._TRANSPORT)),
+               KafkaException(kafka_error(KafkaError._TIMED_OUT, retriable=True))]
+
+    def check(bootstrap, topics):
+        if answers:
+            raise answers.pop(0)
+
+    f.service._clients = KafkaClients(f._producer, f._consumer, check, f.cluster.group_members)
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    f.start()
+    assert [e["error"].split(":")[0] for e in events(caplog, "waiting_for_kafka")] == \
+        ["check topics", "check topics"]
+    ids = f.captures(1)
+    f.step()
+    assert_gapless_chain(f.sealed(), ids)
+
+
+def test_wrong_topics_still_stop_start_up():
+    from topics.spec import TopicConfigError
+
+    f = Fakes()
+
+    def check(bootstrap, topics):
+        raise TopicConfigError("x.log: topic does not exist")
+
+    f.service._clients = KafkaClients(f._producer, f._consumer, check, f.cluster.group_members)
+    with pytest.raises(TopicConfigError):
+        f.start()
 
 
 def test_a_fatal_consume_error_stops_the_loop(fakes):
@@ -519,6 +751,41 @@ def test_a_fatal_error_in_place_of_a_message_is_the_consumers_fencing(fakes, mon
     monkeypatch.setattr(fakes.intake_consumer, "consume", lambda n=1, t=-1: [fenced])
     with pytest.raises(FencedError):  # a consumer's only fatal error is fencing
         fakes.step()
+
+
+# -- rebalances inside a batch ----------------------------------------------------------------
+def lingering_fakes() -> Fakes:
+    """A writer whose batches take two consume calls: what is fetched, then the linger."""
+    return Fakes(batch_linger_ms=20).start()
+
+
+def test_a_partition_revoked_inside_the_linger_call_is_not_sealed_here(caplog):
+    """Another writer joined: the revoke runs inside the batch's second consume call, after
+    the first returned messages of the revoked partition (was: exit 1, unowned partition)."""
+    f = lingering_fakes()
+    f.captures(3)
+    f.intake_consumer.on_consume.extend([lambda c: None, lambda c: c.rebalance(revoke=[0, 1])])
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.service._loop.step() == 0
+    assert f.sealed() == [] and f.intake_offset() is None
+    assert not f.service.sealer.owned()
+    [dropped] = events(caplog, "batch_dropped_after_rebalance")
+    assert dropped["messages"] == 3 and dropped["partitions"] == [0]
+
+
+def test_a_partition_revoked_and_assigned_again_inside_the_linger_is_sealed_once(caplog):
+    f = lingering_fakes()
+    ids = f.captures(3)
+    f.intake_consumer.on_consume.extend(
+        [lambda c: None, lambda c: c.rebalance(revoke=[0, 1], assign=[0, 1])])
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.service._loop.step() == 3
+    assert_gapless_chain(f.sealed(), ids)
+    assert not events(caplog, "duplicate"), "the first call's copies were sealed too"
+    assert f.intake_offset() == 3
+    more = f.captures(2)
+    f.service._loop.step()
+    assert_gapless_chain(f.sealed(), ids + more)
 
 
 # -- restore ----------------------------------------------------------------------------------

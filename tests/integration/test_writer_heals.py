@@ -1,0 +1,225 @@
+"""The writer rides out what breaks around it: a broker killed and restarted, a broker
+stalled past the session timeout, a rebalance mid-batch, a coordinator that fences it
+without a second writer. It exits only when a real second writer holds its identity (exit 3,
+so a supervisor does not restart it into a fencing war).
+
+The broker tests run a private broker (devstack on free ports) that they may kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from devstack import StackConfig
+from devstack import kafka as devkafka
+from devstack.config import read_pid
+from tests.fixtures.writer import (
+    WriterProcess,
+    make_capture,
+    produce_captures,
+    verify_log,
+    wait_for_count,
+    writer_env,
+)
+from topics import TopicNames, TopicSettings, ensure_topics
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def private_kafka(tmp_path):
+    cfg = StackConfig(root=tmp_path / "kafka", kafka_port=free_port(),
+                      controller_port=free_port())
+    devkafka.start(cfg)
+    try:
+        yield cfg
+    finally:
+        devkafka.stop(cfg)
+
+
+def broker_pid(cfg: StackConfig) -> int:
+    pid = read_pid(cfg.kafka_dir / "pid")
+    assert pid, "no broker pid"
+    return pid
+
+
+def kill_broker(cfg: StackConfig) -> None:
+    pid = broker_pid(cfg)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:  # the broker may be our child (devstack started it from this process): reap it
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the broker did not die")
+
+
+class Load(threading.Thread):
+    """Captures to intake in small bursts until stopped; survives a broker outage (each
+    burst's producer waits for the broker)."""
+
+    def __init__(self, bootstrap: str, settings: TopicSettings, streams: list[str],
+                 per_burst: int = 10, pause: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.args = (bootstrap, settings)
+        self.streams, self.per_burst, self.pause = streams, per_burst, pause
+        self.event_ids: list[str] = []
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+        self._n = 0
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                events = []
+                for _ in range(self.per_burst):
+                    events.append(make_capture(self.streams[self._n % len(self.streams)]))
+                    self._n += 1
+                produce_captures(*self.args, events)
+                self.event_ids += [e["event_id"] for e in events]
+                time.sleep(self.pause)
+        except BaseException as e:  # noqa: BLE001 - re-raised by finish()
+            self.error = e
+
+    def finish(self, timeout: float = 120) -> list[str]:
+        self._halt.set()
+        self.join(timeout)
+        assert not self.is_alive(), "the load did not finish"
+        if self.error:
+            raise self.error
+        return self.event_ids
+
+
+def _settings() -> TopicSettings:
+    return TopicSettings(names=TopicNames(f"h{uuid.uuid4().hex[:10]}"), partitions=3)
+
+
+def _writer(cfg: StackConfig, settings: TopicSettings, **opts) -> WriterProcess:
+    ids = {"transactional_id": f"tx-{settings.names.prefix}",
+           "group_id": f"wg-{settings.names.prefix}"}
+    return WriterProcess([sys.executable, "-m", "cli.main", "writer"],
+                         writer_env(cfg.bootstrap, settings, **{**ids, **opts}))
+
+
+def _sealed_once(log_msgs, sent: list[str]) -> None:
+    by_stream = verify_log(log_msgs)
+    sealed = [r["body"]["event_id"] for recs in by_stream.values() for r in recs]
+    assert len(sealed) == len(set(sealed)), "an event was sealed twice"
+    assert sorted(sealed) == sorted(sent), "a capture was lost or invented"
+
+
+def test_the_writer_rides_out_a_broker_kill_and_restart_and_resumes_sealing(private_kafka):
+    cfg, settings = private_kafka, _settings()
+    ensure_topics(cfg.bootstrap, settings)
+    writer = _writer(cfg, settings)
+    load = Load(cfg.bootstrap, settings, [f"s{i}" for i in range(6)])
+    try:
+        writer.wait_ready(60)
+        load.start()
+        for _round in range(2):
+            wait_for_count(cfg.bootstrap, settings.names.log, len(load.event_ids) // 2 + 20,
+                           60, writer.assert_alive)
+            kill_broker(cfg)
+            time.sleep(3)
+            devkafka.start(cfg)
+            # Sealing resumes: records committed after the restart, the writer alive.
+            before = len(load.event_ids)
+            wait_for_count(cfg.bootstrap, settings.names.log, before + 20, 90,
+                           writer.assert_alive)
+        sent = load.finish()
+        log = wait_for_count(cfg.bootstrap, settings.names.log, len(sent), 120,
+                             writer.assert_alive)
+        _sealed_once(log, sent)
+        assert writer.terminate(30) == 0
+    finally:
+        if load.is_alive():
+            load._halt.set()
+        if writer.alive():
+            writer.kill()
+
+
+def test_a_broker_stalled_past_the_session_timeout_does_not_end_the_writer(private_kafka):
+    """SIGSTOP for 20 s (twice the session timeout), then SIGCONT: was `consume: Fatal error:
+    Static consumer fenced by other consumer with same group.instance.id` and exit 1."""
+    cfg, settings = private_kafka, _settings()
+    ensure_topics(cfg.bootstrap, settings)
+    writer = _writer(cfg, settings)
+    load = Load(cfg.bootstrap, settings, [f"s{i}" for i in range(6)])
+    pid = broker_pid(cfg)
+    try:
+        writer.wait_ready(60)
+        load.start()
+        wait_for_count(cfg.bootstrap, settings.names.log, 50, 60, writer.assert_alive)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(20)
+            writer.assert_alive()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        before = len(load.event_ids)
+        wait_for_count(cfg.bootstrap, settings.names.log, before + 20, 90, writer.assert_alive)
+        sent = load.finish()
+        log = wait_for_count(cfg.bootstrap, settings.names.log, len(sent), 120,
+                             writer.assert_alive)
+        _sealed_once(log, sent)
+        assert not [e for e in writer.events() if e.get("event") == "fenced"]
+        assert writer.terminate(30) == 0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        if load.is_alive():
+            load._halt.set()
+        if writer.alive():
+            writer.kill()
+
+
+def test_writers_joining_and_leaving_the_group_under_load_never_exit(kafka_bootstrap,
+                                                                     make_topics, run_writer):
+    """Scale-out by partition: a second writer (its own transactional id) joins and leaves,
+    again and again, while the first seals. Each join revokes partitions of the first in the
+    middle of its batches (was: exit 1, `message from unowned partition`)."""
+    settings = make_topics(partitions=6)
+    group = f"wg-{uuid.uuid4().hex[:10]}"
+    fast = {"group_id": group, "session_timeout_ms": 6000, "batch_linger_ms": 250}
+    first = run_writer(settings, transactional_id=f"tx-a-{group}", **fast)
+    load = Load(kafka_bootstrap, settings, [f"s{i}" for i in range(12)], per_burst=25,
+                pause=0.0)
+    load.start()
+    try:
+        for i in range(6):
+            second = run_writer(settings, wait_ready=False, transactional_id=f"tx-b{i}-{group}",
+                                **fast)
+            second.wait_event("assigned", 60)
+            time.sleep(2)
+            first.assert_alive()
+            second.assert_alive()
+            assert second.terminate(30) == 0
+            first.wait_event("assigned", 60, count=i + 2)  # the partitions come back
+        sent = load.finish()
+        log = wait_for_count(kafka_bootstrap, settings.names.log, len(sent), 120,
+                             first.assert_alive)
+        _sealed_once(log, sent)
+        revokes = [e for e in first.events() if e.get("event") == "revoked"]
+        assert len(revokes) >= 6
+        assert first.terminate(30) == 0
+    finally:
+        if load.is_alive():
+            load._halt.set()
