@@ -10,7 +10,9 @@
 3. The whole body must arrive within ``body_timeout`` seconds of the request head, else 408:
    a client trickling a body one byte at a time holds a connection only that long.
 
-Both answers carry ``Connection: close``, so the unread rest of the body is never consumed.
+Both answers carry ``Connection: close``; after a 413 on the header, up to 1 MiB of what the
+client is still sending is read and discarded for at most 1 s, so it sees the answer rather
+than a connection reset.
 The limits, from :class:`~api.config.Settings` (``EVIDENCE_API_MAX_BODY_BYTES`` and
 ``EVIDENCE_API_MAX_VERIFY_BYTES``), are looked up by the request's method and path: the only
 route with a limit of its own is ``POST /replay/verify``, whose ``replayed_response_b64`` is a
@@ -58,6 +60,7 @@ class BodyLimitMiddleware:
                                       too_large_message(limit, method, path),
                                       {"Connection": "close"})
             await response(scope, receive, send)
+            await _linger(receive)
             return
 
         deadline = time.monotonic() + self.body_timeout
@@ -88,6 +91,30 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+_LINGER_BYTES, _LINGER_S = 1024 * 1024, 1.0
+
+
+async def _linger(receive: Any) -> None:
+    """Read and discard what the client is still sending, at most 1 MiB for at most 1 s, so a
+    client that sent its body at once reads the 413 instead of a connection reset (closing a
+    socket with unread data resets it). Nothing is kept: memory stays bounded."""
+    deadline = time.monotonic() + _LINGER_S
+    drained = 0
+    while drained < _LINGER_BYTES:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), remaining)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the client went: done
+            return
+        if message.get("type") != "http.request":
+            return
+        drained += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
