@@ -13,7 +13,8 @@ Modules, pure first:
     kafka_io  KafkaClients and the librdkafka calls (the only module importing confluent_kafka)
     restore   restore() — a partition's heads and dedup window, read back from Kafka
     loop      SealLoop — one batch, one transaction; abort, rewind, commit retry
-    service   WriterService — start, run, close; librdkafka's callbacks
+    service   WriterService — start, run, close; librdkafka's callbacks; healing (clients made
+              anew after Kafka failures; exit 3 only when a live rival holds the identity)
     cli       the ``evidence writer`` subcommand
 
 Logs are JSON lines from :mod:`server.logs` (logger ``evidence.writer``); the version sealed
@@ -32,7 +33,13 @@ from writer.core import (
     seal_capture,
     validate,
 )
-from writer.errors import FencedError, StateMismatchError, WriterError, WriterKafkaError
+from writer.errors import (
+    FencedError,
+    StateMismatchError,
+    WedgedError,
+    WriterError,
+    WriterKafkaError,
+)
 from writer.reasons import Reason
 
 __all__ = [
@@ -46,6 +53,7 @@ __all__ = [
     "Sealed",
     "Sealer",
     "StateMismatchError",
+    "WedgedError",
     "WriterConfig",
     "WriterError",
     "WriterKafkaError",

@@ -32,6 +32,7 @@ from writer.kafka_io import (
     TIMEOUT_S,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -49,7 +50,14 @@ IDLE_WAIT_S = 0.2  # an idle writer checks for a stop request this often
 CALL_DEADLINE_S = TIMEOUT_S + 10.0
 """How long a blocking transactional call may take before the producer counts as wedged:
 librdkafka's own timeout (``TIMEOUT_S``) and a grace period."""
+SEND_OFFSETS_TIMEOUT_S = 10.0
+"""send_offsets_to_transaction's own timeout: it is the call that hangs past it (librdkafka
+#5456, after a broker restart), so it gets a shorter one, and its deadline is this plus 5 s.
+One small request to the group coordinator needs far less, even while the coordinator loads
+(librdkafka retries COORDINATOR_LOAD_IN_PROGRESS within the timeout); a batch whose offsets
+time out is aborted or its producer made anew, and sealed again."""
 COMMIT_RETRY_MAX_S = 2.0  # the longest pause between two retries of commit_transaction
+LAG_EVERY_S = 1.0  # how often the intake lag gauge is brought up to date
 
 log = event_logger("evidence.writer")
 
@@ -88,6 +96,7 @@ class SealLoop:
         self._check_failure = check_failure
         self._rebalances = rebalances
         self._deadline_s = call_deadline_s
+        self._lag_at = 0.0
 
     def step(self) -> int:
         """Consume the next batch (waiting briefly when idle) and seal it; returns its size."""
@@ -95,6 +104,7 @@ class SealLoop:
         msgs = consume_batch(self.consumer, cfg.batch_max_messages, cfg.batch_linger_ms,
                              IDLE_WAIT_S, self._rebalances)
         self._check_failure()
+        self._measure_lag()
         owned = [m for m in msgs if self.sealer.owns(m.partition())]
         if len(owned) < len(msgs):
             log("info", "unowned_dropped", messages=len(msgs) - len(owned),
@@ -103,9 +113,29 @@ class SealLoop:
             self.process(owned)
         return len(owned)
 
-    def _blocking(self, what: str, call: Callable[[], None]) -> None:
+    def _measure_lag(self) -> None:
+        """The intake lag gauge: per assigned partition, its end as the consumer last fetched
+        it minus the consumer's position; local calls only (no broker round trip), on this
+        thread (the consumer must not be called from the metrics thread: it would wait for
+        the consume in progress)."""
+        now = time.monotonic()
+        if now - self._lag_at < LAG_EVERY_S:
+            return
+        self._lag_at = now
+        try:
+            lag = 0
+            for tp in self.consumer.position(self.consumer.assignment()):
+                _lo, hi = self.consumer.get_watermark_offsets(tp, cached=True)
+                if hi is not None and hi >= 0 and tp.offset >= 0:
+                    lag += max(0, hi - tp.offset)
+        except (KafkaException, RuntimeError):
+            return  # no position yet, or a closed consumer: keep the last value
+        self.metrics.intake_lag.set(lag)
+
+    def _blocking(self, what: str, call: Callable[[], None],
+                  deadline_s: float | None = None) -> None:
         with kafka_errors(what):
-            bounded(what, call, self._deadline_s)
+            bounded(what, call, min(self._deadline_s, deadline_s or self._deadline_s))
 
     def process(self, msgs: list[Message]) -> None:
         """Seal ``msgs`` in one transaction; abort and rewind unless the error is fatal."""
@@ -170,8 +200,9 @@ class SealLoop:
                    for p, o in sorted(produced.next_offsets.items())]
         metadata = self.consumer.consumer_group_metadata()
         self._blocking("send_offsets_to_transaction",
-                       lambda: self.producer.send_offsets_to_transaction(offsets, metadata,
-                                                                         TIMEOUT_S))
+                       lambda: self.producer.send_offsets_to_transaction(
+                           offsets, metadata, SEND_OFFSETS_TIMEOUT_S),
+                       SEND_OFFSETS_TIMEOUT_S + 5.0)
         # 5. Commit.
         t0 = time.perf_counter()
         self._commit()
@@ -226,6 +257,7 @@ class SealLoop:
     def _count(self, msgs: list[Message], produced: _Produced, commit_s: float) -> None:
         m_ = self.metrics
         m_.commit_seconds.observe(commit_s)
+        m_.last_commit.set_to_current_time()
         m_.batch_size.observe(len(msgs))
         m_.sealed.inc(produced.sealed)
         m_.reencoded.inc(produced.reencoded)

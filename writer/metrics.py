@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 __all__ = ["WriterMetrics"]
 
@@ -31,6 +31,17 @@ class WriterMetrics:
         self.batch_size = Histogram(
             "evidence_writer_batch_size", "Intake messages per transaction",
             buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000), registry=r)
+        self.last_commit = Gauge("evidence_writer_last_commit_timestamp_seconds",
+                                 "Unix time of the last committed transaction", registry=r)
+        self.reconnects = Counter("evidence_writer_reconnects",
+                                  "Kafka sessions ended by a failure and made anew, by error",
+                                  ["error"], registry=r)
+        self.intake_lag = Gauge(
+            "evidence_writer_intake_lag",
+            "Intake messages past the writer's position on its partitions (their ends as last "
+            "fetched), updated by the sealing loop at most once a second: it stays put while "
+            "the loop cannot seal",
+            registry=r)
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Serve /metrics on ``port`` (0: no endpoint), on ``addr``: by default

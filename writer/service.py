@@ -234,17 +234,32 @@ class WriterService:
                     self._loop.step()
                 except StateMismatchError as e:
                     return self._fatal(e)
-                except FencedError as e:
-                    rival = self._rival(e)
-                    if rival is not None:
-                        return self._fenced(e, rival)
-                    self._heal(e, pause=False)
                 except WriterError as e:
-                    self._heal(e)
+                    e = self._named(e)
+                    if isinstance(e, FencedError):
+                        rival = self._rival(e)
+                        if rival is not None:
+                            return self._fenced(e, rival)
+                        self._heal(e, pause=False)
+                    else:
+                        self._heal(e)
             log("info", "stopped", reason="stop requested; no transaction open")
             return 0
         finally:
             self.close()
+
+    def _named(self, e: WriterError) -> WriterError:
+        """``e``, or the fencing behind it. A fenced transactional producer often fails the call
+        in progress with a generic ``_FATAL`` ("Unable to produce message: Local: Fatal
+        error"); librdkafka hands the fatal error itself, with its code, to the error callback,
+        which runs inside ``poll``: serve it and look."""
+        producer = self._producer
+        if isinstance(e, FencedError) or not isinstance(e, WriterKafkaError) \
+                or e.code != KafkaError._FATAL or producer is None:
+            return e
+        with contextlib.suppress(Exception):
+            producer.poll(0)
+        return self._failure if isinstance(self._failure, FencedError) else e
 
     def _heal(self, e: WriterError, pause: bool = True) -> None:
         """Drop the session after ``e``; wait (unless ``pause`` is false); the loop reconnects."""
@@ -253,6 +268,7 @@ class WriterService:
                 time.monotonic() - self._session_at >= HEALTHY_AFTER_S:
             self._backoff = BACKOFF_MIN_S
         wait = self._backoff if pause else 0.0
+        self.metrics.reconnects.labels(type(e).__name__).inc()
         log("warning", "reconnecting", error=str(e), error_type=type(e).__name__,
             code=getattr(e, "name", None), retry_in_s=wait, session=self._sessions,
             message="making the Kafka clients anew; the open transaction, if any, is aborted "

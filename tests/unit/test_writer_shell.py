@@ -129,6 +129,7 @@ class FakeProducer:
         self._fatal: KafkaError | None = None
         self.buffer_full = 0  # produce() raises BufferError this many times first
         self.hang: dict[str, threading.Event] = {}  # method -> blocks until the event is set
+        self.report: deque[KafkaError] = deque()  # given to error_cb inside the next poll
 
     def fail(self, method: str, err: KafkaError, times: int = 1) -> None:
         self._failures[method].extend([err] * times)
@@ -181,6 +182,8 @@ class FakeProducer:
 
     def poll(self, timeout: float = 0) -> int:
         self.calls["poll"] += 1
+        while self.report:
+            self.config["error_cb"](self.report.popleft())
         return 0
 
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: GroupMetadata,
@@ -282,6 +285,10 @@ class FakeConsumer:
 
     def assignment(self) -> list[TopicPartition]:
         return [TopicPartition(t, p) for t, p in self.positions]
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.positions[(tp.topic, tp.partition)])
+                for tp in partitions]
 
     def seek(self, tp: TopicPartition) -> None:
         self.positions[(tp.topic, tp.partition)] = self._resolve(tp)
@@ -568,6 +575,17 @@ def test_the_fatal_error_of_a_producer_heals_with_a_new_producer_and_the_chain_g
     assert healing["error_type"] == "WriterKafkaError" and healing["code"] == "_INCONSISTENT"
     assert events(caplog, "reconnected") and not events(caplog, "fatal")
     assert f.intake_offset() == 2
+    assert f.service.metrics.reconnects.labels("WriterKafkaError")._value.get() == 1
+
+
+def test_the_metrics_give_the_intake_lag_and_the_time_of_the_last_commit():
+    f = Fakes(batch_max_messages=2).start()
+    f.captures(5)
+    before = time.time()
+    f.step()  # two of five consumed and sealed
+    m = f.service.metrics
+    assert m.intake_lag._value.get() == 3
+    assert m.last_commit._value.get() >= before - 1
 
 
 def test_fenced_by_the_coordinator_alone_heals_at_once_and_reseals_the_same_seqs(caplog):
@@ -627,6 +645,26 @@ def test_a_live_rival_with_our_identity_ends_the_writer_with_exit_3(caplog):
     assert f.sealed()[-1][1] == ids[-1], "the fenced writer sealed nothing more"
     assert f.run_until(lambda: len(f.sealed()) == 3, service=rival) == 0
     assert_gapless_chain(f.sealed(), ids + more)
+
+
+def test_a_generic_fatal_error_is_named_by_the_error_callback_and_a_rival_ends_the_writer(caplog):
+    """A fenced producer fails the produce in progress with a bare _FATAL; the fencing itself
+    reaches the error callback in the next poll."""
+    f = Fakes()
+    f.start()
+    f.captures(1)
+    f.step()
+    rival = FakeConsumer(f.cluster, {"group.id": CONFIG.group_id, "client.id": "other",
+                                     "group.instance.id": CONFIG.instance_id})
+    f.cluster.static[(CONFIG.group_id, CONFIG.instance_id)] = rival  # alive, heartbeating
+    f.captures(1)
+    f.producer.fail("produce", kafka_error(KafkaError._FATAL, fatal=True))
+    f.producer.report.append(kafka_error(KafkaError._FENCED, fatal=True))
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: False) == EXIT_FENCED
+    [fenced] = events(caplog, "fenced")
+    assert fenced["code"] == "_FENCED" and rival.member_id in fenced["rival"]
+    assert not events(caplog, "reconnecting")
 
 
 def test_fenced_again_and_again_with_the_group_unknown_is_a_rival(caplog):
