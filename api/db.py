@@ -138,8 +138,14 @@ class Database:
             "findings": f"select {', '.join(FINDING_COLUMNS)} from {v}.findings "
                         f"where stream = %s order by id limit %s",
             "findings_count": f"select count(*) from {v}.findings where stream = %s",
-            "lag": f"select coalesce(sum(greatest(high_watermark - next_offset, 0)), 0)::bigint, "
-                   f"count(*) from {v}.positions",
+            # Lag against the log ends the projector's heartbeat last saw in Kafka (its own
+            # stored high watermarks where it has not beaten yet), and the heartbeat's age.
+            "lag": f"select coalesce(sum(greatest(coalesce(h.end_offset, p.high_watermark) "
+                   f"- p.next_offset, 0)), 0)::bigint, count(*), "
+                   f"(select extract(epoch from now() - max(beat_at))::float8 "
+                   f"from {v}.heartbeat) "
+                   f"from {v}.positions p left join {v}.heartbeat h "
+                   f"on h.topic = p.topic and h.partition = p.partition",
         }
 
     async def open(self) -> None:
@@ -278,8 +284,11 @@ class Database:
 
     # -- health --------------------------------------------------------------------------
 
-    async def lag(self) -> tuple[int, int]:
-        """(total projection lag in records, number of tracked partitions)."""
+    async def lag(self) -> tuple[int, int, float | None]:
+        """(total projection lag in records, number of tracked partitions, seconds since the
+        projector's last heartbeat or None when it has not beaten)."""
         # A readiness probe must answer quickly even when the pool is exhausted.
         row = await self._one("lag", self._q["lag"], (), timeout=min(self.timeout, 2.0))
-        return (int(row[0]), int(row[1])) if row else (0, 0)
+        if not row:
+            return 0, 0, None
+        return int(row[0]), int(row[1]), (None if row[2] is None else float(row[2]))

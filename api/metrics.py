@@ -5,6 +5,7 @@
     evidence_api_verify_total{outcome}                    match | mismatch | no_digest
     evidence_api_projection_lag                           records behind the log (gauge)
     evidence_api_database_up                              1 if the last DB probe answered
+    evidence_api_projector_heartbeat_age_seconds          since the projector's last heartbeat
 
 Labels never carry stream ids, event ids or keys: the route template, not the path, so a
 scrape reveals no tenant's data. Every label comes from a fixed set, so the series count is
@@ -50,6 +51,9 @@ class ApiMetrics:
         self.db_up = Gauge("evidence_api_database_up",
                            "1 if the last database probe answered, else 0.",
                            registry=self.registry)
+        self.heartbeat_age = Gauge("evidence_api_projector_heartbeat_age_seconds",
+                                   "Seconds since the projector last stored its heartbeat "
+                                   "(NaN before its first).", registry=self.registry)
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:

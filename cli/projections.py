@@ -1,7 +1,9 @@
 """``evidence projections rebuild|status``.
 
 Exit codes: 0 done, 1 could not run, 3 the rebuilt generation disagrees with the live one
-(nothing swapped; both kept; the differences are printed).
+(nothing swapped; both kept; the differences are printed). ``status`` exits 1 when the live
+projection is not ready: no projector heartbeat, or one older than
+``projections.STALE_HEARTBEAT_S`` (the rule the API's /readyz applies).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from projections.cli import add_common_arguments
 from projections.config import ProjectorConfig
 
 HELP = "rebuild the PostgreSQL projections from offset 0 (blue/green), or show their status"
-EXIT_OK, EXIT_MISMATCH = 0, 3
+EXIT_OK, EXIT_NOT_READY, EXIT_MISMATCH = 0, 1, 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,6 +65,7 @@ def _rebuild(cfg: ProjectorConfig, args: argparse.Namespace) -> int:
 
 
 def _status(cfg: ProjectorConfig) -> int:
+    from projections.config import STALE_HEARTBEAT_S
     from projections.store import Store
 
     with Store(cfg) as store:
@@ -72,20 +75,36 @@ def _status(cfg: ProjectorConfig) -> int:
             print(f"no generations in {cfg.meta_schema}")
             return EXIT_OK
         print(f"{'generation':<24} {'state':<9} {'records':>10} {'lag':>8}  created")
-        details = []
+        details, live_age = [], None
         for name, state, created, _swapped in gens:
             count, pos = store.generation_status(name)
-            lag = sum(max(0, hwm - nxt) for _t, _p, nxt, hwm, _u in pos)
+            age, ends = store.heartbeat(name)
+            # Lag against the log ends the heartbeat saw in Kafka (as /readyz measures it).
+            lag = sum(max(0, ends.get(p, hwm) - nxt) for _t, p, nxt, hwm, _u in pos)
             mark = " *" if name == live else ""
             print(f"{name + mark:<24} {state:<9} {count:>10} {lag:>8}  {_ts(created)}")
-            details.append((name, pos))
-        for name, pos in details:
+            details.append((name, pos, ends))
+            if name == live:
+                live_age = age
+        for name, pos, ends in details:
             print(f"\npositions of {name}:")
-            print(f"  {'topic':<28} {'part':>4} {'next_offset':>12} {'high_watermark':>15} "
+            print(f"  {'topic':<28} {'part':>4} {'next_offset':>12} {'log_end':>12} "
                   f"{'lag':>8}  updated")
             for topic, part, nxt, hwm, updated in pos:
-                print(f"  {topic:<28} {part:>4} {nxt:>12} {hwm:>15} {max(0, hwm - nxt):>8}  "
+                end = ends.get(part, hwm)
+                print(f"  {topic:<28} {part:>4} {nxt:>12} {end:>12} {max(0, end - nxt):>8}  "
                       f"{_ts(updated)}")
+    if live is None:
+        print("\nnot ready: no generation is live")
+        return EXIT_NOT_READY
+    if live_age is None:
+        print(f"\nnot ready: the projector of {live} has not reported a heartbeat")
+        return EXIT_NOT_READY
+    if live_age > STALE_HEARTBEAT_S:
+        print(f"\nnot ready: the projector's last heartbeat is {live_age:.0f} s old, over "
+              f"{STALE_HEARTBEAT_S:.0f} s: it is down or cannot reach Kafka or PostgreSQL")
+        return EXIT_NOT_READY
+    print(f"\nready: the projector's last heartbeat is {live_age:.1f} s old")
     return EXIT_OK
 
 

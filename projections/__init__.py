@@ -15,7 +15,7 @@
 Importing this package imports only the pure parts; the service modules load on use.
 """
 
-from .config import ProjectorConfig
+from .config import STALE_HEARTBEAT_S, ProjectorConfig
 from .errors import (
     GenerationChanged,
     LogError,
@@ -41,6 +41,7 @@ __all__ = [
     "RebuildBusy",
     "RebuildMismatch",
     "Record",
+    "STALE_HEARTBEAT_S",
     "StoreError",
     "Undecodable",
     "decode_message",

@@ -1,4 +1,7 @@
-"""``evidence projector``: run the projector until SIGTERM (or Ctrl-C), then exit 0."""
+"""``evidence projector``: run the projector until SIGTERM (or Ctrl-C), then exit 0.
+
+Kafka and PostgreSQL outages do not end it (it reconnects and resumes from its stored
+positions, see :mod:`projections.service`); an error that cannot heal exits 1."""
 
 from __future__ import annotations
 
@@ -57,7 +60,14 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    from .errors import ProjectionError
+
     metrics = ProjectorMetrics()
     metrics.serve(cfg.metrics_port)
-    Projector(cfg, metrics).run(stop.is_set)
+    try:
+        Projector(cfg, metrics).run(stop.is_set)
+    except ProjectionError as e:
+        log("error", "fatal", error=str(e), error_type=type(e).__name__,
+            message="the projector cannot continue; exiting")
+        return 1
     return 0

@@ -22,7 +22,12 @@ from topics import TopicNames, TopicSettings
 
 from .errors import ProjectionError
 
-__all__ = ["ProjectorConfig"]
+__all__ = ["STALE_HEARTBEAT_S", "ProjectorConfig"]
+
+STALE_HEARTBEAT_S = 10.0
+"""A projector heartbeat older than this means the projector is down or cut off from Kafka or
+PostgreSQL: the projection is not ready, whatever its stored positions say (the API's /readyz
+and ``evidence projections status`` both go by it). Five beats at the default ``heartbeat_s``."""
 
 _NAME_RE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 
@@ -41,8 +46,15 @@ class ProjectorConfig:
     poll_timeout_s: float = 0.5
     idle_update_s: float = 1.0
     """How often an idle projector refreshes high watermarks and checks for a swap."""
+    heartbeat_s: float = 2.0
+    """How often the projector stores the log's end offsets from Kafka and the time (its
+    heartbeat, which readiness reads: the API's bound on its age must be well above this)."""
     metrics_port: int = 9465
     """Prometheus /metrics port; 0 disables the endpoint."""
+    application_name: str = "evidence-projector"
+    """The connection's ``application_name`` in ``pg_stat_activity``: how an operator finds
+    (or a test terminates) this projector's backends; several projectors on one database may
+    each name themselves."""
     drop_lock_timeout_ms: int = 2000
     drop_attempts: int = 30
 
@@ -77,6 +89,8 @@ class ProjectorConfig:
                 raise ProjectionError(f"{label} {value!r} must match {_NAME_RE.pattern}")
         if self.batch_max_messages < 1:
             raise ProjectionError("batch size must be at least 1")
+        if not self.heartbeat_s > 0:
+            raise ProjectionError("the heartbeat interval must be positive")
         return self
 
     def env(self) -> dict[str, str]:
@@ -95,5 +109,7 @@ _ENV = {
     "views_schema": ("EVIDENCE_PG_VIEWS_SCHEMA", str),
     "generation_prefix": ("EVIDENCE_PG_GENERATION_PREFIX", str),
     "batch_max_messages": ("EVIDENCE_PROJECTOR_BATCH", int),
+    "heartbeat_s": ("EVIDENCE_PROJECTOR_HEARTBEAT_S", float),
+    "application_name": ("EVIDENCE_PG_APPLICATION_NAME", str),
     "metrics_port": ("EVIDENCE_PROJECTOR_METRICS_PORT", int),
 }

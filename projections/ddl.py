@@ -7,7 +7,7 @@ Layout in the database:
   generation (the projector) take it ``FOR SHARE`` per batch; a swap takes it ``FOR UPDATE``,
   so a swap waits for the batch in flight and the next batch sees the new generation.
 - schema ``evidence`` (the *views schema*) — views ``records``, ``heads``, ``findings``,
-  ``positions`` over the live generation. Readers only query these. Re-pointing them is one
+  ``positions``, ``heartbeat`` over the live generation. Readers only query these. Re-pointing them is one
   transaction, so a reader sees the old generation or the new one, never a mix; dropping the
   old generation afterwards waits for queries still reading it (they hold its tables' locks).
 
@@ -19,7 +19,24 @@ from __future__ import annotations
 
 from importlib import resources
 
-TABLES = ("records", "heads", "findings", "positions")
+TABLES = ("records", "heads", "findings", "positions", "heartbeat")
+
+HEARTBEAT = """create table if not exists {gen}.heartbeat (
+    topic       text        not null,
+    partition   integer     not null,
+    end_offset  bigint      not null,
+    beat_at     timestamptz not null default now(),
+    primary key (topic, partition))"""
+"""The projector's heartbeat, beside its positions: every few seconds while it runs, the log's
+end offsets as Kafka reports them (read_committed: the last stable offset) and when. A dead
+projector stops beating while its positions keep saying "lag 0", so readiness goes by the age
+of ``beat_at`` and measures lag against ``end_offset``. ``if not exists``: generations made
+before it existed get it when the projector follows them (:func:`ensure_heartbeat`)."""
+
+
+def ensure_heartbeat(conn, gen: str) -> None:
+    """Create ``gen``'s heartbeat table if it has none (a generation older than it)."""
+    conn.execute(HEARTBEAT.replace("{gen}", f'"{gen}"'))
 
 
 def _schema_lines(gen: str) -> list[str]:
@@ -70,6 +87,7 @@ def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence
     gen = f"{prefix}{n}"
     conn.execute(f'create schema "{gen}"')
     conn.execute(generation_sql(gen, indexes))
+    ensure_heartbeat(conn, gen)
     conn.execute(f'insert into "{meta}".generations (name, state) values (%s, %s)',
                  (gen, "building"))
     return gen
@@ -77,6 +95,7 @@ def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence
 
 def point_views(conn, gen: str, views: str = "evidence") -> None:
     """(Re)create the stable views over ``gen``; call inside the swap's transaction."""
+    ensure_heartbeat(conn, gen)
     conn.execute(f'create schema if not exists "{views}"')
     for table in TABLES:
         conn.execute(f'drop view if exists "{views}".{table}')
@@ -92,6 +111,12 @@ def make_live(conn, gen: str, meta: str = "evidence_meta", views: str = "evidenc
     row = conn.execute(f'select generation from "{meta}".live for update').fetchone()
     previous = row[0] if row else None
     point_views(conn, gen, views)
+    if previous is not None:
+        # The projector's heartbeat carries over: the same projector goes on beating, into
+        # ``gen`` from its next batch, and readiness must not flap in between.
+        ensure_heartbeat(conn, previous)
+        conn.execute(f'insert into "{gen}".heartbeat select * from "{previous}".heartbeat '
+                     f"on conflict (topic, partition) do nothing")
     if previous is None:
         conn.execute(f'insert into "{meta}".live (generation) values (%s)', (gen,))
     else:

@@ -2,7 +2,8 @@
 
     EvidenceError
     └── ProjectionError            the projector or a rebuild cannot go on
-        ├── StoreError             a PostgreSQL error; keeps its SQLSTATE (``.sqlstate``)
+        ├── StoreError             a PostgreSQL error; keeps its SQLSTATE (``.sqlstate``) and
+        │                          says whether a new connection may succeed (``.transient``)
         ├── LogError               a Kafka client error; keeps librdkafka's code (``.code``);
         │                          also a server.kafka.KafkaClientError
         ├── GenerationChanged      the live generation is not the one being written (signal)
@@ -14,6 +15,10 @@ psycopg errors are translated in ``projections.store``, and confluent-kafka erro
 :mod:`server.kafka` (called from ``projections.service``), each in one context manager. ``GenerationChanged`` and
 ``PositionsMoved`` are how the store tells the loop to discard a batch and re-seek; the loop
 catches them, they never reach a user.
+
+The projector heals a ``LogError`` and a transient ``StoreError`` (a lost connection, a
+restarting server, a serialisation failure) by making its connections anew and seeking to the
+positions stored in PostgreSQL; any other error ends it.
 """
 
 from __future__ import annotations
@@ -37,11 +42,15 @@ class ProjectionError(EvidenceError):
 
 
 class StoreError(ProjectionError):
-    """A PostgreSQL error; ``sqlstate`` is PostgreSQL's code (None for connection errors)."""
+    """A PostgreSQL error; ``sqlstate`` is PostgreSQL's code (None for connection errors);
+    ``transient``: the connection or the server failed, not the statement, so the same work
+    may succeed on a new connection."""
 
-    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+    def __init__(self, message: str, *, sqlstate: str | None = None,
+                 transient: bool = False) -> None:
         super().__init__(f"{message} [SQLSTATE {sqlstate}]" if sqlstate else message)
         self.sqlstate = sqlstate
+        self.transient = transient
 
 
 class LogError(ProjectionError, KafkaClientError):

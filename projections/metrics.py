@@ -10,7 +10,7 @@ __all__ = ["ProjectorMetrics"]
 
 
 class ProjectorMetrics:
-    """Counters, a histogram and a gauge the projector updates; :meth:`serve` exposes them."""
+    """Counters, a histogram and gauges the projector updates; :meth:`serve` exposes them."""
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -22,6 +22,12 @@ class ProjectorMetrics:
             "evidence_projector_batch_seconds", "Time to fold and write one batch",
             buckets=(.002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10), registry=r)
         self.lag = Gauge("evidence_projector_lag", "Log offsets not yet projected", registry=r)
+        self.heartbeat = Gauge("evidence_projector_heartbeat_timestamp_seconds",
+                               "Unix time of the last heartbeat stored in PostgreSQL",
+                               registry=r)
+        self.reconnects = Counter("evidence_projector_reconnects",
+                                  "Sessions ended by a Kafka or PostgreSQL failure and begun "
+                                  "again", registry=r)
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Serve /metrics on ``port`` (0: no endpoint), on ``addr``: by default

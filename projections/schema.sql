@@ -85,7 +85,9 @@ create table {gen}.findings (
 );
 create index on {gen}.findings (stream, seq);
 
--- Consumer positions of this generation, written in the same transaction as its rows.
+-- Consumer positions of this generation, written in the same transaction as its rows. The
+-- projector's heartbeat table (log end offsets and when it last saw them) sits beside it; its
+-- DDL is projections.ddl.HEARTBEAT, shared with generations made before it existed.
 create table {gen}.positions (
     topic          text    not null,
     partition      integer not null,

@@ -9,8 +9,16 @@ Kafka; its group id only satisfies the client).
 - :class:`GenerationWriter` — drives one generation: poll, decode, ``Store.apply``; on
   ``PositionsMoved`` it re-seeks to the stored positions and drops the batch.
 - :class:`Projector` — the service loop (``evidence projector``): follows the live
-  generation, re-seeking when a swap makes another generation live; stops after the batch
-  in flight when asked (SIGTERM).
+  generation, re-seeking when a swap makes another generation live; beats its heartbeat
+  (:meth:`Store.beat`: the log's end offsets from Kafka, every ``heartbeat_s``); stops after
+  the batch in flight when asked (SIGTERM).
+
+The projector rides out Kafka and PostgreSQL outages: a ``LogError`` or a transient
+``StoreError`` (connection lost, server restarting, Kafka unreachable at start) closes both
+connections, waits (backoff from ``BACKOFF_MIN_S`` doubling to ``BACKOFF_MAX_S``, reset after
+``HEALTHY_AFTER_S`` of work) and opens them again, seeking to the positions stored in
+PostgreSQL: a batch whose transaction did not commit is consumed again, one that did is not.
+Any other error ends it.
 """
 
 from __future__ import annotations
@@ -27,14 +35,25 @@ from server.kafka import kafka_errors, translate
 from server.logs import event_logger
 
 from .config import ProjectorConfig
-from .errors import GenerationChanged, LogError, PositionsMoved
+from .errors import GenerationChanged, LogError, PositionsMoved, ProjectionError, StoreError
 from .fold import decode_message
 from .metrics import ProjectorMetrics
 from .store import Store
 
-__all__ = ["Batch", "GenerationWriter", "LogReader", "Projector"]
+__all__ = ["Batch", "GenerationWriter", "LogReader", "Projector", "heals"]
+
+# Reconnecting is cheap (one connection each), and readiness waits on it: a short ceiling.
+BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 10.0, 30.0
+# Errors a consumer reports in place of a message while librdkafka reconnects by itself.
+_PASSING = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+                      KafkaError._TIMED_OUT})
 
 log = event_logger("evidence.projector")
+
+
+def heals(e: BaseException) -> bool:
+    """Whether the projector rides ``e`` out (new connections, re-seek) rather than exiting."""
+    return isinstance(e, LogError) or (isinstance(e, StoreError) and e.transient)
 
 
 def _kafka_errors(what: str) -> AbstractContextManager[None]:
@@ -90,8 +109,11 @@ class LogReader:
 
     def close(self) -> None:
         if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+            consumer, self._consumer = self._consumer, None
+            try:
+                consumer.close()
+            except KafkaException as e:
+                log("warning", "consumer_close_failed", error=str(e))
 
     def __enter__(self) -> "LogReader":
         return self.start()
@@ -141,7 +163,7 @@ class LogReader:
             elif err.code() == KafkaError._PARTITION_EOF:
                 # Every offset below this one is consumed, control records included.
                 batch.reached[m.partition()] = max(m.offset(), batch.reached.get(m.partition(), 0))
-            elif err.fatal() or not err.retriable():
+            elif err.fatal() or not (err.retriable() or err.code() in _PASSING):
                 raise translate(err, "Kafka: consume", LogError)
             else:
                 log("warning", "consume_error", error=err.str(), code=err.name())
@@ -161,7 +183,8 @@ class LogReader:
         return out
 
     def end_offsets(self, timeout: float = 10.0) -> dict[int, int]:
-        """The partitions' ends now, asked of the broker (read_committed: last stable offset)."""
+        """The partitions' ends now, asked of the broker (read_committed: last stable offset);
+        the first partition that gets no answer within ``timeout`` raises ``LogError``."""
         out = {}
         for p in self._partitions:
             with _kafka_errors("query watermarks"):
@@ -238,16 +261,45 @@ class Projector:
     def __init__(self, cfg: ProjectorConfig, metrics: ProjectorMetrics | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics or ProjectorMetrics()
+        self.sessions = 0
 
     def run(self, should_stop: Callable[[], bool]) -> None:
-        """Project until ``should_stop()``; it is checked between batches, never inside one."""
+        """Project until ``should_stop()``; it is checked between batches, never inside one.
+
+        Outages are ridden out (module docstring); an error that does not heal is raised."""
+        backoff = BACKOFF_MIN_S
+        while not should_stop():
+            started = time.monotonic()
+            try:
+                self._session(should_stop)
+                return
+            except ProjectionError as e:
+                if not heals(e):
+                    raise
+                if time.monotonic() - started >= HEALTHY_AFTER_S:
+                    backoff = BACKOFF_MIN_S
+                self.metrics.reconnects.inc()
+                log("warning", "reconnecting", error=str(e), error_type=type(e).__name__,
+                    sqlstate=getattr(e, "sqlstate", None), code=getattr(e, "name", None),
+                    retry_in_s=backoff, session=self.sessions,
+                    message="opening PostgreSQL and Kafka again; projecting resumes from the "
+                            "positions stored in PostgreSQL")
+                deadline = time.monotonic() + backoff
+                while not should_stop() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _session(self, should_stop: Callable[[], bool]) -> None:
+        """One pair of connections, from the stored positions until stopped or broken."""
         cfg = self.cfg
+        self.sessions += 1
         with Store(cfg) as store, LogReader(cfg) as reader:
             gen = store.live_generation(create=True)
             writer = self._writer(store, reader, gen)
             log("info", "started", generation=gen, topic=reader.topic,
-                partitions=len(reader.partitions), meta=cfg.meta_schema)
+                partitions=len(reader.partitions), meta=cfg.meta_schema, session=self.sessions)
             reported, report_at = 0, time.monotonic()
+            beat_at = self._beat(store, reader, gen)
             while not should_stop():
                 try:
                     writer.step(cfg.batch_max_messages, cfg.poll_timeout_s,
@@ -258,14 +310,33 @@ class Projector:
                     gen = e.generation or store.live_generation(create=True)
                     log("info", "generation_changed", generation=gen, previous=writer.generation)
                     writer = self._writer(store, reader, gen)
+                    reported, beat_at = 0, self._beat(store, reader, gen)
                     continue
+                if time.monotonic() - beat_at >= cfg.heartbeat_s:
+                    beat_at = self._beat(store, reader, gen)
                 if writer.records != reported and time.monotonic() - report_at >= 5.0:
                     log("info", "progress", generation=gen, records=writer.records - reported,
                         positions=writer.expected)
                     reported, report_at = writer.records, time.monotonic()
             log("info", "stopped", generation=gen, positions=writer.expected)
 
+    def _beat(self, store: Store, reader: LogReader, gen: str) -> float:
+        """Store the log's end offsets as Kafka gives them now; returns when it was tried.
+        Kafka not answering is no heartbeat (readiness then says so); PostgreSQL failing is
+        the session's failure."""
+        at = time.monotonic()
+        try:
+            ends = reader.end_offsets(timeout=min(2.0, self.cfg.heartbeat_s))
+        except LogError as e:
+            log("warning", "heartbeat_skipped", error=str(e),
+                message="Kafka did not give the log's end offsets; no heartbeat this time")
+            return at
+        if store.beat(gen, reader.topic, ends):
+            self.metrics.heartbeat.set(time.time())
+        return at
+
     def _writer(self, store: Store, reader: LogReader, gen: str) -> GenerationWriter:
+        store.follow(gen)
         w = GenerationWriter(store, reader, gen, follow_live=True, metrics=self.metrics)
         w.seek_to_stored()
         return w

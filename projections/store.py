@@ -2,8 +2,11 @@
 
 One connection in autocommit mode; every change runs in an explicit ``transaction()``, and a
 batch nested in a longer transaction (a rebuild's final catch-up under the live lock) becomes
-a savepoint. psycopg errors are translated to :class:`StoreError` (keeping the SQLSTATE) in
-:meth:`Store._errors`, the one place that does so.
+a savepoint. psycopg errors are translated to :class:`StoreError` (keeping the SQLSTATE, and
+whether a new connection may succeed: ``transient``) in :meth:`Store._errors`, the one place
+that does so. The connection carries ``application_name`` (``ProjectorConfig``, by default
+``evidence-projector``), which is how an operator (or a test) finds the projector's backends
+in ``pg_stat_activity``.
 
 A batch (:meth:`Store.apply`) is one transaction, in this order:
 
@@ -36,7 +39,23 @@ from .errors import GenerationChanged, PositionsMoved, StoreError
 from .fold import Folded, Message, ProjectedHead, Record, fold
 from .rows import RECORD_COLUMNS, RECORD_TYPES
 
-__all__ = ["GenerationInfo", "Store", "StreamSummary"]
+__all__ = ["GenerationInfo", "Store", "StreamSummary", "is_transient"]
+
+CONNECT_TIMEOUT_S = 5  # a server that does not answer fails the connect, then it is retried
+
+# SQLSTATE classes of failures of the connection or the server rather than of the statement:
+# 08 connection exception, 40 transaction rollback (serialisation, deadlock), 53 insufficient
+# resources, 57 operator intervention (admin shutdown, crash shutdown, cannot connect now),
+# 58 system error; and 55P03 lock not available.
+_TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def is_transient(e: psycopg.Error) -> bool:
+    """Whether ``e`` may not happen again on a new connection (see ``_TRANSIENT_CLASSES``)."""
+    if isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)) and e.sqlstate is None:
+        return True  # no answer from the server: refused, reset, closed, timed out
+    state = e.sqlstate or ""
+    return state[:2] in _TRANSIENT_CLASSES or state == "55P03"
 
 GenerationInfo = tuple[str, str, Any, Any]  # name, state, created_at, swapped_at
 StreamSummary = tuple[int, bytes, bytes]     # count, chain digest, digest of record bytes
@@ -55,7 +74,8 @@ class Store:
     def open(self) -> "Store":
         with self._errors("connect"):
             self._conn = conn = psycopg.connect(self.cfg.database_url, autocommit=True,
-                                                application_name="evidence-projector")
+                                                application_name=self.cfg.application_name,
+                                                connect_timeout=CONNECT_TIMEOUT_S)
             # With set_types("bytea") COPY picks the last dumper registered for bytea's oid,
             # which is psycopg.Binary's pure-Python one; re-registering the bytes dumper makes
             # it the C one (~20 us a row less for a record's five bytea columns).
@@ -64,7 +84,10 @@ class Store:
 
     def close(self) -> None:
         if self._conn is not None:
-            self._conn.close()
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass  # a connection the server already dropped
             self._conn = None
 
     def __enter__(self) -> "Store":
@@ -84,7 +107,8 @@ class Store:
         try:
             yield
         except psycopg.Error as e:
-            raise StoreError(f"PostgreSQL: {what}: {e}", sqlstate=e.sqlstate) from e
+            raise StoreError(f"PostgreSQL: {what}: {e}", sqlstate=e.sqlstate,
+                             transient=is_transient(e)) from e
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -171,6 +195,55 @@ class Store:
             return dict(self.conn.execute(
                 f'select partition, next_offset from "{gen}".positions where topic = %s',
                 (topic,)).fetchall())
+
+    # -- heartbeat ---------------------------------------------------------------------------
+
+    def follow(self, gen: str) -> None:
+        """Before projecting into ``gen``: make sure it has a heartbeat table and, when it is
+        the live generation, that the views schema shows it (generations older than the
+        heartbeat have neither); under the live row's share lock, so no swap runs between."""
+        with self.transaction():
+            row = self.conn.execute(
+                f'select generation from "{self.meta}".live for share').fetchone()
+            ddl.ensure_heartbeat(self.conn, gen)
+            views = self.cfg.views_schema
+            if row and row[0] == gen and self.conn.execute(
+                    "select to_regclass(%s) is null",
+                    (f'"{views}".heartbeat',)).fetchone()[0]:
+                self.conn.execute(f'create schema if not exists "{views}"')
+                self.conn.execute(f'create view "{views}".heartbeat as '
+                                  f'select * from "{gen}".heartbeat')
+
+    def beat(self, gen: str, topic: str, end_offsets: Mapping[int, int]) -> bool:
+        """The heartbeat: ``end_offsets`` (partition -> the log's end as Kafka said it just
+        now) stamped with the server's ``now()``. Only into the live generation, under the
+        live row's share lock (a swap, and the drop of the generation it retires, wait);
+        False, nothing written, when ``gen`` is no longer live (the next batch says so)."""
+        parts = sorted(end_offsets)
+        with self.transaction():
+            row = self.conn.execute(
+                f'select generation from "{self.meta}".live for share').fetchone()
+            if row is None or row[0] != gen:
+                return False
+            self.conn.execute(
+                f'insert into "{gen}".heartbeat as h (topic, partition, end_offset, beat_at) '
+                f"select %s, p, e, now() from unnest(%s::int[], %s::bigint[]) v(p, e) "
+                f"on conflict (topic, partition) do update "
+                f"set end_offset = excluded.end_offset, beat_at = excluded.beat_at",
+                (topic, parts, [end_offsets[p] for p in parts]))
+        return True
+
+    def heartbeat(self, gen: str) -> tuple[float | None, dict[int, int]]:
+        """(seconds since ``gen``'s last heartbeat or None if it has none, end offsets)."""
+        with self._errors("read heartbeat"):
+            if self.conn.execute("select to_regclass(%s) is null",
+                                 (f'"{gen}".heartbeat',)).fetchone()[0]:
+                return None, {}
+            rows = self.conn.execute(
+                f"select partition, end_offset, extract(epoch from now() - beat_at)::float8 "
+                f'from "{gen}".heartbeat').fetchall()
+        ages = [r[2] for r in rows]
+        return (min(ages) if ages else None), {r[0]: r[1] for r in rows}
 
     def apply(self, gen: str, topic: str, expected: Mapping[int, int],
               messages: Iterable[Message], reached: Mapping[int, int],

@@ -18,20 +18,61 @@ def settings_for(url, views, **kw):
     return Settings(url, Keyring([("k", KEY, ["*"])]), views_schema=views, **kw)
 
 
+@pytest.fixture
+def readmodel(make_readmodel):
+    return make_readmodel(heartbeat=False)  # each test stores the heartbeats it wants
+
+
 def test_readyz_follows_projection_lag(database_url, readmodel, make_api_server):
     base = make_api_server(settings_for(database_url, readmodel.views, max_lag=10))
     readmodel.set_position(0, next_offset=100, high_watermark=104)
     readmodel.set_position(1, next_offset=50, high_watermark=55)
+    readmodel.beat({0: 104, 1: 55})
     r = httpx.get(base + "/readyz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ready", "lag": 9, "partitions": 2, "max_lag": 10}
+    body = r.json()
+    assert body.pop("heartbeat_age_s") < 5
+    assert body == {"status": "ready", "lag": 9, "partitions": 2, "max_lag": 10}
 
-    readmodel.set_position(1, next_offset=50, high_watermark=80)
+    readmodel.beat({0: 104, 1: 80})
     r = httpx.get(base + "/readyz")
     assert r.status_code == 503 and r.headers["retry-after"]
     body = r.json()
     assert body["error"] == "unavailable" and "lag is 34" in body["message"]
     assert "evidence_api_projection_lag 34.0" in httpx.get(base + "/metrics").text
+
+
+def test_readyz_is_not_ready_before_the_projectors_first_heartbeat(database_url, readmodel,
+                                                                  make_api_server):
+    base = make_api_server(settings_for(database_url, readmodel.views, max_lag=10))
+    readmodel.set_position(0, next_offset=100, high_watermark=100)
+    r = httpx.get(base + "/readyz")
+    assert r.status_code == 503 and r.headers["retry-after"]
+    assert "not reported a heartbeat" in r.json()["message"]
+
+
+def test_readyz_is_not_ready_when_the_projectors_heartbeat_is_old(database_url, readmodel,
+                                                                  make_api_server):
+    """A dead projector: its stored positions still say "lag 0"; its heartbeat ages."""
+    base = make_api_server(settings_for(database_url, readmodel.views, max_lag=10))
+    readmodel.set_position(0, next_offset=100, high_watermark=100)
+    readmodel.beat({0: 100}, age_s=60)
+    r = httpx.get(base + "/readyz")
+    assert r.status_code == 503 and r.headers["retry-after"]
+    assert "heartbeat is 60 s old" in r.json()["message"], r.json()
+    text = httpx.get(base + "/metrics").text
+    [age] = [float(line.split()[-1]) for line in text.splitlines()
+             if line.startswith("evidence_api_projector_heartbeat_age_seconds ")]
+    assert 59 < age < 70
+
+
+def test_readyz_measures_lag_against_the_log_end_the_heartbeat_saw(database_url, readmodel,
+                                                                   make_api_server):
+    base = make_api_server(settings_for(database_url, readmodel.views, max_lag=10))
+    readmodel.set_position(0, next_offset=100, high_watermark=100)  # what it last stored
+    readmodel.beat({0: 150})                                         # what Kafka says now
+    r = httpx.get(base + "/readyz")
+    assert r.status_code == 503 and "lag is 50" in r.json()["message"]
 
 
 def test_unreachable_database_is_503_with_retry_after_but_healthz_answers(make_api_server):

@@ -3,35 +3,15 @@ SIGTERM exits 0 after the batch in flight."""
 
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.fixtures.log import wait_until
+from tests.fixtures.log import projected, start_projector, wait_until
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 N = 20_000
-
-
-def start(cfg, log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, **cfg.env(), "EVIDENCE_PROJECTOR_BATCH": "500",
-           "EVIDENCE_PROJECTOR_METRICS_PORT": "0"}
-    out = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, "-m", "cli.main", "projector"], cwd=ROOT, env=env,
-                            stdout=out, stderr=subprocess.STDOUT)
-
-
-def projected(cfg) -> int:
-    with psycopg.connect(cfg.database_url, autocommit=True) as conn:
-        try:
-            return conn.execute(f'select count(*) from "{cfg.views_schema}".records').fetchone()[0]
-        except psycopg.errors.UndefinedTable:
-            return 0
 
 
 def test_kill_9_during_catch_up_then_restart_projects_each_record_once(
@@ -46,7 +26,7 @@ def test_kill_9_during_catch_up_then_restart_projects_each_record_once(
     try:
         # Kill twice at increasing progress, then let a third process finish.
         for threshold in (N // 5, N // 2):
-            p = start(cfg, log_path)
+            p = start_projector(cfg, log_path)
             procs.append(p)
             wait_until(f"{threshold} projected", lambda: projected(cfg) >= threshold
                        or p.poll() is not None, timeout=40)
@@ -54,7 +34,7 @@ def test_kill_9_during_catch_up_then_restart_projects_each_record_once(
             p.send_signal(signal.SIGKILL)
             p.wait(10)
             assert projected(cfg) < N, "caught up before the kill; kill earlier"
-        p = start(cfg, log_path)
+        p = start_projector(cfg, log_path)
         procs.append(p)
         wait_until(f"{N} projected", lambda: projected(cfg) == N or p.poll() is not None,
                    timeout=40)

@@ -122,8 +122,9 @@ def test_rebuild_swaps_in_an_equal_generation_while_readers_keep_answering(
     assert q(cfg, "select count(distinct (log_partition, log_offset)) from {v}.records") == [
         (3011,)]
 
-    assert main(["projections", "status", *flags(cfg)]) == 0
+    code = main(["projections", "status", *flags(cfg)])
     out, _ = capsys.readouterr()
+    assert code == 0, out  # ready: the projector's heartbeat carried over the swap
     assert new in out and "lag" in out and cfg.topics.names.log in out
 
 
