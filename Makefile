@@ -11,12 +11,20 @@ $(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pypr
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e 'packaging/contract[tlog]' -e packaging/client
 	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test,bench]'
+	sh native/seal/build.sh $(PY)
+	sh native/rows/build.sh $(PY)
 	@touch $@
+# The writer's compiled seal path (native/seal/build.sh: without a Rust toolchain it warns and
+# the writer seals with the pure Python path).
+$(STAMP): $(wildcard native/seal/Cargo.* native/seal/pyproject.toml native/seal/build.sh native/seal/src/*.rs)
+# The projector's compiled row path (native/rows/build.sh; without Rust, the pure row path).
+$(STAMP): $(wildcard native/rows/Cargo.* native/rows/pyproject.toml native/rows/build.sh native/rows/src/*.rs)
 
 ## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then the demo
-## (`evidence demo`: record, seal, verify and replay a few calls; NO_DEMO=1 skips it)
+## (`evidence demo`: record, seal, verify and replay a few calls; NO_DEMO=1 skips it);
+## WRITERS=n PROJECTORS=n run n of each, splitting the partitions (default 1 each)
 up: $(STAMP)
-	$(PY) -m devstack up
+	EVIDENCE_WRITERS=$(or $(WRITERS),1) EVIDENCE_PROJECTORS=$(or $(PROJECTORS),1) $(PY) -m devstack up
 	@if [ -z "$(NO_DEMO)" ]; then $(PY) -m cli.main demo; fi
 
 ## down: stop what `make up` started; CLEAN=1 also deletes .stack/

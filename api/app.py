@@ -14,7 +14,15 @@ take what they need from ``app.state`` through :mod:`api.deps` (OpenAPI at ``/do
     GET  /streams/{stream}/audit              re-verify one stream from its projection
     GET  /events/{event_id}                   one record by capture id; ?include=bytes
     POST /fidelity/analyze                    replay fidelity of a run manifest
+    GET  /streams/{stream}/checkpoint         the signed checkpoint (text/plain, cosigned)
+    GET  /streams/{stream}/proof/inclusion    RFC 9162 inclusion proof of a record
+    GET  /streams/{stream}/proof/consistency  RFC 9162 consistency proof of two sizes
+    POST /streams/{stream}/checkpoint/cosignatures  a witness's cosignature (to Kafka)
+    GET  /log/key                             the log's verifier key (no API key)
     GET  /healthz  /readyz  /metrics          no API key (see api.metrics for why)
+
+Kafka is only for accepted cosignatures: the producer (:mod:`api.kafka`) is made on first use,
+so the API starts and serves without Kafka.
 
 Every other route needs ``Authorization: Bearer <key>``; a record outside the key's streams is
 a 404 exactly like a missing one. Errors are ``{"error", "message"}`` (see :mod:`api.errors`).
@@ -42,6 +50,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .config import Settings
 from .db import Database
 from .errors import ApiError
+from .kafka import CheckpointProducer
 from .limits import BodyLimitMiddleware
 from .metrics import ApiMetrics, MetricsMiddleware
 from .responses import error_response
@@ -52,7 +61,7 @@ __all__ = ["create_app", "app_from_env"]
 log = logging.getLogger("evidence.api")
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 408: "timeout", 413: "too_large",
+               405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large",
                415: "unsupported_media_type"}
 
 
@@ -93,6 +102,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        app.state.producer.close()
         await db.close()
 
 
@@ -110,6 +120,8 @@ def create_app(settings: Settings) -> FastAPI:
                             timeout=settings.db_timeout,
                             statement_timeout_ms=settings.statement_timeout_ms)
     app.state.metrics = ApiMetrics()
+    app.state.producer = CheckpointProducer(settings.kafka_bootstrap, settings.topic_prefix,
+                                            settings.kafka_timeout)
     # The last added runs first: metrics see every answer, the body limits' 413s included.
     app.add_middleware(BodyLimitMiddleware, default=settings.max_body_bytes,
                        limits={("POST", "/replay/verify"): settings.max_verify_bytes},
@@ -150,7 +162,8 @@ def _describe(errors: list[dict[str, Any]]) -> str:
 
 
 async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-    return error_response(exc.status, exc.code, exc.message, exc.headers or None)
+    extra = {k: v for k, v in exc.body().items() if k not in ("error", "message")}
+    return error_response(exc.status, exc.code, exc.message, exc.headers or None, **extra)
 
 
 async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

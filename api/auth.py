@@ -6,7 +6,8 @@ on a partial match. :func:`key_weakness` is the rule a configured key must pass
 (:mod:`api.config` applies it at start-up). Each key carries a :class:`Scope` of stream patterns: an exact stream id,
 a prefix ending in ``*`` (``"acme:*"``), or ``"*"`` for every stream. A stream outside a key's
 scope is answered exactly like a stream that does not exist (404), so one tenant cannot probe
-for another's records; list endpoints filter with :meth:`Scope.sql`.
+for another's records; list endpoints filter with :meth:`Scope.sql`. A key may also carry
+the *admin* role (``ApiKey.admin``): the ``/admin`` routes (erasure) answer 403 to any other.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class ApiKey:
     name: str
     digest: bytes          # sha256 of the key; the key itself is not kept
     scope: Scope
+    admin: bool = False    # may call the /admin routes (erasure)
 
 
 def _digest(key: str) -> bytes:
@@ -153,11 +155,12 @@ def parse_patterns(value: str | Iterable[Any], where: str) -> tuple[str, ...]:
 class Keyring:
     """The configured keys; :meth:`lookup` answers the key presented with a request."""
 
-    def __init__(self, keys: Iterable[tuple[str, str, Iterable[str]]]) -> None:
-        """``keys``: ``(name, key, patterns)`` triples; patterns as from :func:`parse_patterns`."""
+    def __init__(self, keys: Iterable[tuple[Any, ...]]) -> None:
+        """``keys``: ``(name, key, patterns[, admin])``; patterns as from
+        :func:`parse_patterns`, ``admin`` (default False) grants the admin role."""
         entries: list[ApiKey] = []
         seen: dict[bytes, str] = {}
-        for name, key, patterns in keys:
+        for name, key, patterns, *role in keys:
             if not isinstance(key, str) or not key:
                 raise ApiConfigError(f"API key {name!r}: the key must be a non-empty string")
             d = _digest(key)
@@ -165,7 +168,7 @@ class Keyring:
                 raise ApiConfigError(f"API keys {seen[d]!r} and {name!r} are the same key; "
                                   f"give each key one entry")
             seen[d] = name
-            entries.append(ApiKey(name, d, Scope.of(patterns)))
+            entries.append(ApiKey(name, d, Scope.of(patterns), bool(role and role[0])))
         self._keys = tuple(entries)
 
     def __len__(self) -> int:

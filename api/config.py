@@ -4,9 +4,18 @@
     EVIDENCE_PG_VIEWS_SCHEMA     schema of the stable views (default ``evidence``)
     EVIDENCE_API_KEY             the dev key ...
     EVIDENCE_API_KEY_STREAMS     ... and its comma-separated stream patterns ("*", "acme:*", ...)
-    EVIDENCE_API_KEYS_FILE       JSON list of {"key", "streams": [...], "name"} for more keys
+    EVIDENCE_API_KEYS_FILE       JSON list of {"key", "streams": [...], "name", "admin"} for more
+                                 keys ("admin": true grants the admin role: POST /admin/erasures)
+    EVIDENCE_API_ADMIN_KEYS      comma-separated keys with the admin role; one that is also a
+                                 key above gains the role, any other reads no stream
+    EVIDENCE_KEY_STORE           file:<dir> | postgres, with EVIDENCE_KEK_FILE: the key store
+                                 POST /admin/erasures destroys keys in (server.keystore)
     EVIDENCE_API_MAX_LAG         /readyz fails while projection lag exceeds this (default 10000)
-    EVIDENCE_API_POOL_MIN/_MAX   connection pool size (default 2 / 10)
+    EVIDENCE_API_WORKERS         server processes (default 1; up to one per core pays off, see
+                                 api.serving; each has its own /metrics registry)
+    EVIDENCE_API_POOL_MIN/_MAX   connection pool size of each worker (default 2 / 10): the API
+                                 holds up to workers × max PostgreSQL connections
+    EVIDENCE_API_BACKLOG         listen backlog of the shared socket (default 2048)
     EVIDENCE_API_DB_TIMEOUT      seconds to wait for a pooled connection (default 5)
     EVIDENCE_API_STATEMENT_TIMEOUT_MS  per-query limit in PostgreSQL (default 5000)
     EVIDENCE_API_MAX_BODY_BYTES  largest request body of any route but verify (default 1 MiB)
@@ -16,6 +25,17 @@
     EVIDENCE_API_HEADER_TIMEOUT  seconds a request head may take to arrive (default 10)
     EVIDENCE_API_KEEP_ALIVE_TIMEOUT  seconds an idle keep-alive connection stays open (5)
     EVIDENCE_API_MAX_HEADER_BYTES  largest request head, line and headers (default 16 KiB)
+    EVIDENCE_LOG_NAME            the log's (and its key's) name (default
+                                 ``evidence-store.local/log``)
+    EVIDENCE_LOG_VERIFIER_KEY_FILE  the log's note verifier key (``GET /log/key``, and what
+                                 a cosigned note must be signed by); else derived from
+    EVIDENCE_LOG_SIGNING_KEY_FILE   the log's signer key, when only that is given
+    EVIDENCE_WITNESS_KEYS        verifier keys of the witnesses whose cosignatures the API
+                                 takes (comma- or newline-separated), or
+    EVIDENCE_WITNESS_KEYS_FILE   a file of them (one a line)
+    EVIDENCE_KAFKA_BOOTSTRAP     where accepted cosignatures are produced (the API starts
+                                 without Kafka; only that route needs it)
+    EVIDENCE_TOPIC_PREFIX        topic prefix (default ``evidence``)
 
 At least one key must be configured: an API that nobody can call is a configuration mistake,
 and :class:`~api.errors.ApiConfigError` says how to fix it. Every key must pass
@@ -32,19 +52,83 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
+
+from evidence_contract.note import NoteError, VerifierKey, parse_skey, parse_vkey
+from evidence_contract.tlog import DEFAULT_LOG_NAME
 
 from .auth import Keyring, key_weakness, parse_patterns
 from .errors import ApiConfigError
 
-__all__ = ["Settings", "load_keyring"]
+__all__ = ["Settings", "default_workers", "load_keyring", "load_log_key", "load_witness_keys"]
+
+MAX_DEFAULT_WORKERS = 8
+"""The default worker count stops here, whatever the core count: each worker is a pool of
+PostgreSQL connections and ~80 MiB of memory."""
+
+
+def default_workers() -> int:
+    """``EVIDENCE_API_WORKERS``'s default: one server process per core this process may run on
+    (its CPU affinity), at most :data:`MAX_DEFAULT_WORKERS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
+def _read_text(var: str, path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ApiConfigError(f"{var} {path}: cannot read it: {e}") from e
+
+
+def load_log_key(env: Mapping[str, str]) -> VerifierKey | None:
+    """The log's verifier key from ``EVIDENCE_LOG_VERIFIER_KEY_FILE``, else derived from the
+    signer key in ``EVIDENCE_LOG_SIGNING_KEY_FILE``; None when neither is set."""
+    name = env.get("EVIDENCE_LOG_NAME", "") or DEFAULT_LOG_NAME
+    for var, parse in (("EVIDENCE_LOG_VERIFIER_KEY_FILE", parse_vkey),
+                       ("EVIDENCE_LOG_SIGNING_KEY_FILE", lambda t: parse_skey(t).verifier)):
+        path = env.get(var, "")
+        if not path:
+            continue
+        try:
+            key = parse(_read_text(var, path))
+        except NoteError as e:
+            raise ApiConfigError(f"{var} {path}: not a note key: {e}") from e
+        if key.name != name:
+            raise ApiConfigError(f"{var} {path}: the key is named {key.name!r}, but the log is "
+                                 f"{name!r} (EVIDENCE_LOG_NAME); the log key's name is the "
+                                 f"log's name")
+        return key
+    return None
+
+
+def load_witness_keys(env: Mapping[str, str]) -> tuple[VerifierKey, ...]:
+    """The witnesses' verifier keys (``EVIDENCE_WITNESS_KEYS`` and ``..._FILE``)."""
+    texts = re.split(r"[,\n]", env.get("EVIDENCE_WITNESS_KEYS", ""))
+    path = env.get("EVIDENCE_WITNESS_KEYS_FILE", "")
+    if path:
+        texts += _read_text("EVIDENCE_WITNESS_KEYS_FILE", path).splitlines()
+    keys = []
+    for text in (t.strip() for t in texts):
+        if not text or text.startswith("#"):
+            continue
+        try:
+            keys.append(parse_vkey(text))
+        except NoteError as e:
+            raise ApiConfigError(f"witness key {text[:80]!r}: {e}") from e
+    return tuple(dict.fromkeys(keys))
 
 _SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_KEY_STORE_VARS = ("EVIDENCE_KEY_STORE", "EVIDENCE_KEY_STORE_SCHEMA", "EVIDENCE_KEK_FILE",
+                   "EVIDENCE_KEK", "EVIDENCE_DATABASE_URL")
 
 
 def load_keyring(env: Mapping[str, str]) -> Keyring:
     """The keys named by ``EVIDENCE_API_KEY``/``_STREAMS`` and ``EVIDENCE_API_KEYS_FILE``."""
-    entries: list[tuple[str, str, tuple[str, ...]]] = []
+    entries: list[tuple[Any, ...]] = []
     dev_key = env.get("EVIDENCE_API_KEY", "")
     if dev_key:
         streams = env.get("EVIDENCE_API_KEY_STREAMS")
@@ -55,12 +139,19 @@ def load_keyring(env: Mapping[str, str]) -> Keyring:
     path = env.get("EVIDENCE_API_KEYS_FILE", "")
     if path:
         entries += _read_keys_file(Path(path))
+    admins = [k.strip() for k in env.get("EVIDENCE_API_ADMIN_KEYS", "").split(",") if k.strip()]
+    for i, admin_key in enumerate(dict.fromkeys(admins)):
+        same = [j for j, e in enumerate(entries) if e[1] == admin_key]
+        if same:
+            entries[same[0]] = (*entries[same[0]][:3], True)
+        else:
+            entries.append((f"admin-{i}", admin_key, (), True))
     if not entries:
         raise ApiConfigError("no API key configured: set EVIDENCE_API_KEY and "
                           "EVIDENCE_API_KEY_STREAMS, or EVIDENCE_API_KEYS_FILE")
     ring = Keyring(entries)
     # Strength last, so a malformed entry is reported as such first.
-    for i, (name, key, _patterns) in enumerate(entries):
+    for i, (name, key, *_rest) in enumerate(entries):
         weakness = key_weakness(key)
         if weakness is not None:
             where = ("EVIDENCE_API_KEY" if i == 0 and dev_key
@@ -71,7 +162,7 @@ def load_keyring(env: Mapping[str, str]) -> Keyring:
     return ring
 
 
-def _read_keys_file(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
+def _read_keys_file(path: Path) -> list[tuple[Any, ...]]:
     try:
         mode = path.stat().st_mode
         text = path.read_text(encoding="utf-8")
@@ -96,10 +187,13 @@ def _read_keys_file(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
         where = f"EVIDENCE_API_KEYS_FILE {path} entry {i}"
         if not isinstance(item, dict):
             raise ApiConfigError(f"{where}: expected an object with key, streams and name")
-        unknown = set(item) - {"key", "streams", "name"}
+        unknown = set(item) - {"key", "streams", "name", "admin"}
         if unknown:
             raise ApiConfigError(f"{where}: unknown field(s) {sorted(unknown)}; "
-                              f"allowed are key, streams, name")
+                              f"allowed are key, streams, name, admin")
+        admin = item.get("admin", False)
+        if not isinstance(admin, bool):
+            raise ApiConfigError(f"{where}: 'admin' must be true or false")
         key, streams = item.get("key"), item.get("streams")
         name = item.get("name", f"key-{i}")
         if not isinstance(key, str) or not key:
@@ -108,7 +202,7 @@ def _read_keys_file(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
             raise ApiConfigError(f"{where}: 'name' must be a non-empty string")
         if not isinstance(streams, list):
             raise ApiConfigError(f"{where}: 'streams' must be a list of stream patterns")
-        entries.append((name, key, parse_patterns(streams, where)))
+        entries.append((name, key, parse_patterns(streams, where), admin))
     return entries
 
 
@@ -142,8 +236,10 @@ class Settings:
     keyring: Keyring = field(repr=False)
     views_schema: str = "evidence"
     max_lag: int = 10_000
+    workers: int = 1
     pool_min: int = 2
     pool_max: int = 10
+    backlog: int = 2048
     db_timeout: float = 5.0
     statement_timeout_ms: int = 5_000
     max_body_bytes: int = 1 << 20
@@ -152,6 +248,15 @@ class Settings:
     header_timeout: float = 10.0
     keep_alive_timeout: float = 5.0
     max_header_bytes: int = 16 << 10
+    log_name: str = DEFAULT_LOG_NAME
+    log_key: VerifierKey | None = None
+    witness_keys: tuple[VerifierKey, ...] = ()
+    kafka_bootstrap: str | None = None
+    topic_prefix: str = "evidence"
+    kafka_timeout: float = 10.0
+    key_store_env: dict[str, str] = field(default_factory=dict, repr=False)
+    """The environment ``server.keystore.from_env`` builds the key store from (on first use:
+    ``api.deps.get_key_store``); empty: no key store, the erasure route answers 503."""
 
     def __post_init__(self) -> None:
         if not _SCHEMA_RE.fullmatch(self.views_schema):
@@ -174,8 +279,11 @@ class Settings:
             keyring=load_keyring(env),
             views_schema=env.get("EVIDENCE_PG_VIEWS_SCHEMA", "") or "evidence",
             max_lag=_int(env, "EVIDENCE_API_MAX_LAG", 10_000),
+            # One per usable core: the workers share one metrics registry (api.metrics).
+            workers=_int(env, "EVIDENCE_API_WORKERS", default_workers(), low=1),
             pool_min=pool_min,
             pool_max=_int(env, "EVIDENCE_API_POOL_MAX", max(10, pool_min), low=1),
+            backlog=_int(env, "EVIDENCE_API_BACKLOG", 2048, low=1),
             db_timeout=_float(env, "EVIDENCE_API_DB_TIMEOUT", 5.0),
             statement_timeout_ms=_int(env, "EVIDENCE_API_STATEMENT_TIMEOUT_MS", 5_000, low=1),
             max_body_bytes=_int(env, "EVIDENCE_API_MAX_BODY_BYTES", 1 << 20, low=1),
@@ -184,4 +292,11 @@ class Settings:
             header_timeout=_float(env, "EVIDENCE_API_HEADER_TIMEOUT", 10.0),
             keep_alive_timeout=_float(env, "EVIDENCE_API_KEEP_ALIVE_TIMEOUT", 5.0),
             max_header_bytes=_int(env, "EVIDENCE_API_MAX_HEADER_BYTES", 16 << 10, low=1024),
+            log_name=env.get("EVIDENCE_LOG_NAME", "") or DEFAULT_LOG_NAME,
+            log_key=load_log_key(env),
+            witness_keys=load_witness_keys(env),
+            kafka_bootstrap=env.get("EVIDENCE_KAFKA_BOOTSTRAP", "") or None,
+            topic_prefix=env.get("EVIDENCE_TOPIC_PREFIX", "") or "evidence",
+            key_store_env=({k: v for k, v in env.items() if k in _KEY_STORE_VARS}
+                           if env.get("EVIDENCE_KEY_STORE") else {}),
         )

@@ -5,6 +5,11 @@ projection rebuild swaps under the API without it noticing. Each request runs on
 query on a pooled autocommit connection: no transaction to open or close, and psycopg prepares
 a statement after its fifth use on a connection, so the hot path is a single round trip.
 
+A record is *erased* when its ``key_id`` (its ``encryption.key_id``) is in the ``erasures`` view
+(folded from the log's signed receipts): every record query adds :data:`ERASED_COLUMNS`, the
+earliest erasure of the record's key (its µs and request id, null for a record that is plain
+or whose key is live), by an indexed subquery on ``erasures.key_id``.
+
 A lookup by event id is scoped to the caller's streams in SQL: an event id is unique only
 within what one writer dedups, so a record of another stream that reuses it must neither hide
 the caller's record nor be verified in its place.
@@ -31,8 +36,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from .auth import Scope
 from .errors import Unavailable
 
-__all__ = ["APPLICATION_NAME", "BYTES_COLUMNS", "Database", "META_COLUMNS", "VERIFY_COLUMNS",
-           "check_connection", "translate"]
+__all__ = ["APPLICATION_NAME", "BYTES_COLUMNS", "Database", "ERASED_COLUMNS", "META_COLUMNS",
+           "VERIFY_COLUMNS", "check_connection", "translate"]
 
 log = logging.getLogger("evidence.api")
 
@@ -45,10 +50,22 @@ META_COLUMNS = (
     "deterministic", "request_policy", "streamed", "closed_early", "truncated", "writer_id",
     "request_length", "response_length", "log_partition", "log_offset",
 )
+ERASED_COLUMNS = ("key_id", "erased_at_us", "erasure_request_id")
+"""After ``META_COLUMNS`` in every record query: the record's key id (null: plain) and, when
+that key was erased, the earliest erasure's µs and request id."""
 BYTES_COLUMNS = ("request_bytes", "response_bytes", "error_bytes", "input_bytes",
                  "prompt_bytes", "record_bytes")
 VERIFY_COLUMNS = ("stream", "seq", "output_digest", "response_digest", "deterministic",
                   "seed", "model_version", "outcome", "endpoint")
+"""Then ``ERASED_COLUMNS``: a verify row is ``VERIFY_COLUMNS + ERASED_COLUMNS``."""
+
+
+def _erased_sql(v: str, table: str = "records") -> str:
+    """``ERASED_COLUMNS`` of the ``records`` row named ``table`` in the query."""
+    first = (f'from {v}.erasures e where e.key_id = {table}.key_id '
+             f"order by e.erased_at_us, e.request_id limit 1")
+    return (f"{table}.key_id, (select e.erased_at_us {first}), "
+            f"(select e.request_id {first})")
 HEAD_COLUMNS = ("stream", "seq", "record_digest", "record_count", "first_at", "last_at")
 FINDING_COLUMNS = ("id", "stream", "seq", "kind", "detail", "log_partition", "log_offset",
                    "found_at")
@@ -114,11 +131,12 @@ class Database:
                     "options": f"-c statement_timeout={statement_timeout_ms}"})
         self._pool: AsyncConnectionPool | None = None
         v = f'"{views}"'  # validated as a plain identifier by Settings
-        cols = ", ".join(META_COLUMNS)
+        cols = ", ".join(META_COLUMNS) + ", " + _erased_sql(v)
         page = (f"from {v}.records where stream = %s and seq > %s "
                 f"order by seq, log_partition, log_offset limit %s")
         verify_cols = ("stream, seq, output_digest, response_digest, deterministic, seed, "
-                       "coalesce(response_model, model_id), outcome, provider_endpoint")
+                       "coalesce(response_model, model_id), outcome, provider_endpoint, "
+                       + _erased_sql(v))
         self._q = {
             "verify_seq": f"select {verify_cols} from {v}.records "
                           f"where stream = %s and seq = %s {_FIRST}",
@@ -138,11 +156,26 @@ class Database:
             "findings": f"select {', '.join(FINDING_COLUMNS)} from {v}.findings "
                         f"where stream = %s order by id limit %s",
             "findings_count": f"select count(*) from {v}.findings where stream = %s",
+            # The verifiable log: checkpoints folded from evidence.checkpoints, the projected
+            # tree (size, root) and its perfect subtree hashes (api.routers.tlog).
+            "checkpoint_latest": f"select tree_size, root, note from {v}.checkpoints "
+                                 f"where stream = %s order by tree_size desc limit 1",
+            "checkpoint_at": f"select tree_size, root, note from {v}.checkpoints "
+                             f"where stream = %s and tree_size = %s",
+            "cosignatures": f"select line from {v}.cosignatures "
+                            f"where stream = %s and tree_size = %s "
+                            f"order by witness, key_id limit %s",
+            "tree": f"select size, root from {v}.trees where stream = %s",
+            "nodes": f"select n.level, n.idx, n.hash from {v}.tree_nodes n "
+                     f"join unnest(%s::int[], %s::bigint[]) w(level, idx) "
+                     f"on n.level = w.level and n.idx = w.idx where n.stream = %s",
             # Lag against the log ends the projector's heartbeat last saw in Kafka (its own
-            # stored high watermarks where it has not beaten yet), and the heartbeat's age.
+            # stored high watermarks where it has not beaten yet), and the heartbeat's age:
+            # of the oldest partition's beat, as several projectors each beat their own
+            # partitions and one that is gone leaves its partitions unprojected.
             "lag": f"select coalesce(sum(greatest(coalesce(h.end_offset, p.high_watermark) "
                    f"- p.next_offset, 0)), 0)::bigint, count(*), "
-                   f"(select extract(epoch from now() - max(beat_at))::float8 "
+                   f"(select extract(epoch from now() - min(beat_at))::float8 "
                    f"from {v}.heartbeat) "
                    f"from {v}.positions p left join {v}.heartbeat h "
                    f"on h.topic = p.topic and h.partition = p.partition",
@@ -212,10 +245,13 @@ class Database:
     async def replay(self, content_key: bytes, scope: Scope, stream: str | None,
                      seq: int | None) -> tuple[Any, ...] | None:
         """The earliest COMMITTED record with ``content_key`` that ``scope`` may read:
-        (stream, seq, record_digest, event_id, response_content_type, response_bytes)."""
+        (stream, seq, record_digest, event_id, response_content_type, response_bytes,
+        *ERASED_COLUMNS)."""
         cond, params = scope.sql()
+        v = f'"{self.views}"'
         sql = (f'select stream, seq, record_digest, event_id, response_content_type, '
-               f'response_bytes from "{self.views}".records '
+               f'response_bytes, {_erased_sql(v)} '
+               f'from "{self.views}".records '
                f"where content_key = %s and outcome = 'COMMITTED' "
                f"and response_bytes is not null and {cond}")
         args: list[Any] = [content_key, *params]
@@ -270,6 +306,36 @@ class Database:
                         while rows := await cur.fetchmany(chunk):
                             yield rows
 
+    async def redaction(self, fresh: bool = False) -> Any:
+        """The redaction policy the live generation was built with
+        (``projections.redact.Policy``), or None: no policy, or a generation older than the
+        redaction table. Cached for a few seconds (a rebuild swaps it) unless ``fresh``."""
+        import time
+
+        from projections.redact import parse
+
+        now = time.monotonic()
+        cached = getattr(self, "_redaction_cache", None)
+        if cached is not None and not fresh and now - cached[1] < 5.0:
+            return cached[0]
+        v = f'"{self.views}"'
+        exists = await self._one("redaction", "select to_regclass(%s) is not null",
+                                 (f"{v}.redaction",))
+        rows = (await self._all("redaction", f"select policy from {v}.redaction", ())
+                if exists and exists[0] else [])
+        policy = parse(rows[0][0]) if rows and rows[0][0] is not None else None
+        self._redaction_cache = (policy, now)
+        return policy
+
+    async def erased_keys(self, stream: str) -> set[str]:
+        """The key ids (32 hex) of ``stream``'s records that an erasure names."""
+        v = f'"{self.views}"'
+        rows = await self._all("erased keys", (
+            f"select distinct e.key_id from {v}.erasures e where e.key_id in "
+            f"(select r.key_id from {v}.records r where r.stream = %s "
+            f"and r.key_id is not null)"), (stream,))
+        return {bytes(r[0]).hex() for r in rows}
+
     async def head(self, stream: str) -> tuple[Any, ...] | None:
         return await self._one("head", self._q["head"], (stream,))
 
@@ -281,6 +347,39 @@ class Database:
                 count = (await (await conn.execute(
                     self._q["findings_count"], (stream,))).fetchone())[0]
         return rows, count
+
+    # -- the verifiable log -------------------------------------------------------------
+
+    async def checkpoint(self, stream: str, tree_size: int | None, max_cosignatures: int
+                         ) -> tuple[tuple[int, bytes, bytes] | None, list[str]]:
+        """(tree_size, root, note) of the latest checkpoint of ``stream`` (or the one of
+        ``tree_size``), and the cosignature lines held for it."""
+        with translate("checkpoint"):
+            async with self._connection() as conn:
+                if tree_size is None:
+                    cur = await conn.execute(self._q["checkpoint_latest"], (stream,))
+                else:
+                    cur = await conn.execute(self._q["checkpoint_at"], (stream, Int8(tree_size)))
+                row = await cur.fetchone()
+                if row is None:
+                    return None, []
+                lines = await (await conn.execute(
+                    self._q["cosignatures"], (stream, Int8(row[0]), max_cosignatures))).fetchall()
+        return (int(row[0]), bytes(row[1]), bytes(row[2])), [r[0] for r in lines]
+
+    async def tree(self, stream: str) -> tuple[int, bytes] | None:
+        """The projected tree of ``stream``: (size, root); None before its first record."""
+        row = await self._one("tree", self._q["tree"], (stream,))
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    async def nodes(self, stream: str, wanted: list[tuple[int, int]]
+                    ) -> dict[tuple[int, int], bytes]:
+        """The stored perfect subtree hashes of ``stream`` at ``wanted`` (level, index)."""
+        if not wanted:
+            return {}
+        rows = await self._all("tree nodes", self._q["nodes"],
+                               ([lv for lv, _ in wanted], [i for _, i in wanted], stream))
+        return {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
 
     # -- health --------------------------------------------------------------------------
 

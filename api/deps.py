@@ -6,6 +6,9 @@ several resources share.
     Db            the read model (:class:`~api.db.Database`)
     Config        the app's :class:`~api.config.Settings`
     Metrics       the app's :class:`~api.metrics.ApiMetrics`
+    Admin         the caller's key, which must have the admin role (403 otherwise)
+    Keys          the key store (``server.keystore.from_env`` of ``Settings.key_store_env``,
+                  made on first use); 503 when none is configured
     StreamId, Seq, IncludeBytes   path and query parameters of more than one route
 
 Nothing here holds a connection or a key of its own, so a handler can be tested alone: mount
@@ -18,18 +21,21 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer
+
+from evidence_contract.keys import KeyStore, KeyStoreError
 
 from .auth import ApiKey
 from .config import Settings
 from .db import Database
-from .errors import NotFound, Unauthorized
+from .errors import Forbidden, NotFound, Unauthorized, Unavailable
 from .metrics import ApiMetrics
 from .models import MAX_SEQ, STREAM_PATTERN
 
 __all__ = [
-    "BearerKey", "Caller", "Config", "Db", "IncludeBytes", "Metrics", "Seq", "StreamId",
-    "get_db", "get_metrics", "get_settings", "not_found",
+    "Admin", "BearerKey", "Caller", "Config", "Db", "IncludeBytes", "Keys", "Metrics", "Seq",
+    "StreamId", "get_db", "get_key_store", "get_metrics", "get_settings", "not_found",
 ]
 
 
@@ -65,7 +71,39 @@ async def get_metrics(request: Request) -> ApiMetrics:
     return request.app.state.metrics
 
 
-Caller = Annotated[ApiKey, Depends(BearerKey())]
+async def get_key_store(request: Request) -> KeyStore:
+    """The key store, made once per app from ``Settings.key_store_env`` (no I/O at start-up:
+    a PostgreSQL store creates its tables on this first use)."""
+    state = request.app.state
+    store = getattr(state, "key_store", None)
+    if store is None:
+        env = state.settings.key_store_env
+        if not env:
+            raise Unavailable("no key store is configured (EVIDENCE_KEY_STORE, "
+                              "EVIDENCE_KEK_FILE)", retry_after=60)
+        from server.keystore import from_env
+
+        try:
+            store = state.key_store = await run_in_threadpool(from_env, env)
+        except KeyStoreError as e:
+            raise Unavailable(f"the key store is unavailable: {e}", retry_after=10) from None
+    return store
+
+
+_bearer = BearerKey()
+
+
+async def admin_key(key: Annotated[ApiKey, Depends(_bearer)]) -> ApiKey:
+    if not key.admin:
+        raise Forbidden(f"API key {key.name!r} has no admin role: the /admin routes need a key "
+                        f"listed in EVIDENCE_API_ADMIN_KEYS or marked \"admin\": true in "
+                        f"EVIDENCE_API_KEYS_FILE")
+    return key
+
+
+Caller = Annotated[ApiKey, Depends(_bearer)]
+Admin = Annotated[ApiKey, Depends(admin_key)]
+Keys = Annotated[KeyStore, Depends(get_key_store)]
 Db = Annotated[Database, Depends(get_db)]
 Config = Annotated[Settings, Depends(get_settings)]
 Metrics = Annotated[ApiMetrics, Depends(get_metrics)]

@@ -3,11 +3,17 @@
     EvidenceError (schemas)
     └── ApiError               an answer other than 2xx, with a stable ``error`` code
         ├── Unauthorized       401 unauthorized   missing or unknown API key
+        ├── Forbidden          403 forbidden      the key may not do this (an unknown witness)
         ├── NotFound           404 not_found      absent, or outside the key's streams
         ├── RequestTimeout     408 timeout        the request body did not arrive in time
+        ├── Conflict           409 conflict       contradicts what the log holds
+        ├── Erased             410 erased         the record's content was erased (its key
+        │                                         destroyed); ``erased_at``, ``request_id``
         ├── PayloadTooLarge    413 too_large      the body is over its route's size limit
+        ├── UnsupportedMediaType 415 unsupported_media_type  a body of another content type
         ├── InvalidRequest     422 invalid_request malformed path, query or body
-        └── Unavailable        503 unavailable    the database cannot answer (Retry-After)
+        └── Unavailable        503 unavailable    the database (or Kafka, for a route that
+                                                  produces) cannot answer (Retry-After)
     ApiConfigError                bad settings at start-up (never an HTTP answer)
 
 Every error body is ``{"error": <code>, "message": <human text>}``; clients branch on
@@ -19,8 +25,9 @@ from __future__ import annotations
 
 from evidence_contract import EvidenceError
 
-__all__ = ["ApiError", "ApiConfigError", "InvalidRequest", "NotFound", "PayloadTooLarge",
-           "RequestTimeout", "Unauthorized", "Unavailable"]
+__all__ = ["ApiError", "ApiConfigError", "Conflict", "Erased", "Forbidden", "InvalidRequest", "NotFound",
+           "PayloadTooLarge", "RequestTimeout", "Unauthorized", "Unavailable",
+           "UnsupportedMediaType"]
 
 
 class ApiError(EvidenceError):
@@ -43,8 +50,37 @@ class Unauthorized(ApiError):
         super().__init__(message, {"WWW-Authenticate": "Bearer"})
 
 
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
+
+
 class NotFound(ApiError):
     status, code = 404, "not_found"
+
+
+class Conflict(ApiError):
+    status, code = 409, "conflict"
+
+
+class Erased(ApiError):
+    """The record exists, but its content was erased: the subject's data key that sealed it
+    is destroyed, so no bytes of it can be served or checked. The body adds ``erased_at``
+    (µs since the epoch) and ``request_id`` (the erasure's), from the log's receipt."""
+
+    status, code = 410, "erased"
+
+    def __init__(self, what: str, erased_at: int, request_id: str) -> None:
+        super().__init__(f"the content of {what} was erased (its key destroyed under request "
+                         f"{request_id}); its digests, seq and chain still verify: see the "
+                         f"record without include=bytes, or export it")
+        self.erased_at, self.request_id = int(erased_at), request_id
+
+    def body(self) -> dict:
+        return {**super().body(), "erased_at": self.erased_at, "request_id": self.request_id}
+
+
+class UnsupportedMediaType(ApiError):
+    status, code = 415, "unsupported_media_type"
 
 
 class RequestTimeout(ApiError):

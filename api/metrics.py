@@ -7,6 +7,14 @@
     evidence_api_database_up                              1 if the last DB probe answered
     evidence_api_projector_heartbeat_age_seconds          since the projector's last heartbeat
 
+Several workers (``EVIDENCE_API_WORKERS`` > 1, :func:`api.serving.serve`) share one registry
+through prometheus_client's multiprocess mode: the parent sets ``PROMETHEUS_MULTIPROC_DIR`` to
+a fresh directory before it starts them, every worker's metrics live in memory-mapped files
+there, and whichever worker answers a scrape sums them all (:meth:`ApiMetrics.render`):
+counters and histograms add up over workers (a worker that died keeps what it counted, so
+``rate()`` sees no reset when one is replaced); the gauges report the most recent value any
+worker set.
+
 Labels never carry stream ids, event ids or keys: the route template, not the path, so a
 scrape reveals no tenant's data. Every label comes from a fixed set, so the series count is
 bounded whatever clients send: ``method`` is one of :data:`METHODS` (an HTTP server accepts any
@@ -20,6 +28,8 @@ from __future__ import annotations
 
 import time
 from typing import Any
+
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -47,13 +57,13 @@ class ApiMetrics:
         self._verified = {o: self.verify.labels(o) for o in ("match", "mismatch", "no_digest")}
         self.lag = Gauge("evidence_api_projection_lag",
                          "Records the projection is behind the log (sum over partitions).",
-                         registry=self.registry)
+                         registry=self.registry, multiprocess_mode="mostrecent")
         self.db_up = Gauge("evidence_api_database_up",
                            "1 if the last database probe answered, else 0.",
-                           registry=self.registry)
+                           registry=self.registry, multiprocess_mode="mostrecent")
         self.heartbeat_age = Gauge("evidence_api_projector_heartbeat_age_seconds",
                                    "Seconds since the projector last stored its heartbeat "
-                                   "(NaN before its first).", registry=self.registry)
+                                   "(NaN before its first).", registry=self.registry, multiprocess_mode="mostrecent")
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -73,7 +83,16 @@ class ApiMetrics:
             counter.inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition: this registry's, or, under several workers (the module docstring),
+        every worker's summed from ``PROMETHEUS_MULTIPROC_DIR``."""
+        path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not path:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=path)
+        return generate_latest(registry)
 
 
 class MetricsMiddleware:

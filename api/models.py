@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,11 +20,11 @@ from pydantic import (
 from evidence_contract import STREAM_ID_RE, valid_event_id
 from evidence_contract.model import EVENT_ID_RE
 
-from .db import FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
+from .db import ERASED_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
 __all__ = [
     "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
-    "ErrorBody", "FindingOut", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary",
+    "ConsistencyProof", "CosignatureAccepted", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
 ]
 
@@ -35,10 +36,27 @@ FINDINGS_SHOWN = 100
 
 
 class ErrorBody(BaseModel):
-    error: str = Field(description="stable code: unauthorized, not_found, invalid_request, "
+    error: str = Field(description="stable code: unauthorized, forbidden, not_found, conflict, "
+                                   "erased, invalid_request, "
                                    "invalid_manifest, too_large, timeout, unavailable, "
                                    "method_not_allowed, internal")
     message: str = Field(description="what went wrong, for people")
+
+
+class ErasedBody(BaseModel):
+    """410: the record exists and its proofs hold, but its content was erased."""
+
+    error: Literal["erased"]
+    message: str
+    erased_at: int = Field(description="when the key was destroyed, µs since the epoch")
+    request_id: str = Field(description="the erasure's request id (its signed receipt on "
+                                        "evidence.erasures)")
+
+
+class ErasureOut(BaseModel):
+    erased_at: str = Field(description="when the key was destroyed (ISO 8601, UTC)")
+    erased_at_us: int
+    request_id: str
 
 
 _BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -155,6 +173,34 @@ class VerifyResponse(BaseModel):
                                            "what to do")
 
 
+_HEX_HASH = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+HexHash = Annotated[str, WithJsonSchema(_HEX_HASH)]
+
+
+class InclusionProof(BaseModel):
+    """RFC 9162 §2.1.3 inclusion proof of record ``seq`` (leaf ``seq - 1``)."""
+
+    leaf_index: int = Field(description="seq - 1")
+    tree_size: int = Field(description="the size of the tree the proof is for")
+    leaf_hash: HexHash = Field(description="SHA-256(0x00 || leaf_input) of the record, hex")
+    hashes: list[HexHash] = Field(description="the inclusion path, leaf up (RFC 9162 order)")
+
+
+class ConsistencyProof(BaseModel):
+    """RFC 9162 §2.1.4 consistency proof from the tree of ``first`` leaves to ``second``."""
+
+    first: int
+    second: int
+    tree_size: int = Field(description="= second")
+    hashes: list[HexHash] = Field(description="the proof nodes, hex (RFC 9162 order)")
+
+
+class CosignatureAccepted(BaseModel):
+    stream: str
+    tree_size: int
+    witnesses: list[str] = Field(description="the witnesses whose cosignatures were taken")
+
+
 class Provider(BaseModel):
     name: str
     endpoint: str
@@ -211,6 +257,15 @@ class RecordOut(BaseModel):
                                                     "body that response_digest covers; null "
                                                     "when there was no response body")
     log: LogPosition
+    content: Literal["plain", "encrypted", "erased"] = Field(description=(
+        "plain: the bodies as recorded (masked where the projection's redaction policy "
+        "says); encrypted: sealed under a subject's key (the bodies are envelopes, the "
+        "digests keyed commitments); erased: that key was destroyed, the content is "
+        "unrecoverable (the bodies are never served), the digests, seq and chain stay"))
+    key_id: str | None = Field(description="the data key that sealed the content (32 hex); "
+                                           "null for a plain record")
+    erasure: ErasureOut | None = Field(description="when and under which request the key "
+                                                   "was erased; null unless content is erased")
     request_b64: str | None = Field(None, description="only with ?include=bytes")
     response_b64: str | None = Field(None, description="only with ?include=bytes")
     error_b64: str | None = Field(None, description="only with ?include=bytes")
@@ -219,7 +274,18 @@ class RecordOut(BaseModel):
     prompt_b64: str | None = Field(None, description="the rendered prompt, when kept; only "
                                                      "with ?include=bytes")
     record_b64: str | None = Field(None, description="the log message verbatim (single-object "
-                                                     "Avro); only with ?include=bytes")
+                                                     "Avro); only with ?include=bytes. Withheld "
+                                                     "(null) for a plain record of a stream the "
+                                                     "projection's redaction policy covers: the "
+                                                     "message holds the unmasked content")
+    record_sha256: str | None = Field(None, description=(
+        "only with ?include=bytes, when record_b64 is withheld by the redaction policy: "
+        "SHA-256 of the log message (hex), to match against the log or an export"))
+    record_leaf_hash: str | None = Field(None, description=(
+        "only with ?include=bytes, when record_b64 is withheld: the record's Merkle leaf "
+        "hash (hex; its leaf input is record_digest and record_sha256, see "
+        "evidence_contract.tlog), which folds with /streams/{stream}/proof/inclusion to the "
+        "signed checkpoint's root"))
 
 
 class RecordPage(BaseModel):
@@ -272,9 +338,27 @@ _DIGESTS = ("content_key", "prev_digest", "record_digest", "response_digest", "o
             "input_digest", "prompt_digest")
 
 
-def record_dict(row: tuple[Any, ...]) -> dict[str, Any]:
-    """A ``records`` row (``META_COLUMNS``, then optionally ``BYTES_COLUMNS``) as JSON."""
-    r = dict(zip(META_COLUMNS, row))
+_META = (*META_COLUMNS, *ERASED_COLUMNS)
+
+
+def erased_of(row: tuple[Any, ...], at: int = len(META_COLUMNS)) -> tuple[int, str] | None:
+    """``(erased_at_us, request_id)`` of a row whose ``ERASED_COLUMNS`` start at ``at``."""
+    _key_id, erased_at, request_id = row[at:at + len(ERASED_COLUMNS)]
+    return None if erased_at is None else (int(erased_at), request_id)
+
+
+def _micros_iso(us: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=us)).isoformat()
+
+
+def record_dict(row: tuple[Any, ...], redaction: Any = None) -> dict[str, Any]:
+    """A ``records`` row (``META_COLUMNS`` and ``ERASED_COLUMNS``, then optionally
+    ``BYTES_COLUMNS``) as JSON. An erased record's bodies are never given, only its log
+    message (``record_b64``, ciphertext: what its proofs are over). A plain record of a
+    stream ``redaction`` (the live generation's policy) covers gets its masked bodies and,
+    instead of its log message (which holds the plaintext), the message's SHA-256 and
+    Merkle leaf hash."""
+    r = dict(zip(_META, row))
     out: dict[str, Any] = {
         "stream": r["stream"], "seq": r["seq"], "event_id": str(r["event_id"]),
         "schema_version": r["schema_version"], "occurred_at": r["occurred_at"].isoformat(),
@@ -296,11 +380,27 @@ def record_dict(row: tuple[Any, ...]) -> dict[str, Any]:
                  "request_length", "response_length"):
         out[name] = r[name]
     out["log"] = {"partition": r["log_partition"], "offset": r["log_offset"]}
-    if len(row) > len(META_COLUMNS):
-        request, response, error, input_, prompt, record = row[len(META_COLUMNS):]
+    erased = erased_of(row)
+    out["content"] = ("erased" if erased else
+                      "plain" if r["key_id"] is None else "encrypted")
+    out["key_id"] = _hex(r["key_id"])
+    out["erasure"] = None if erased is None else {
+        "erased_at": _micros_iso(erased[0]), "erased_at_us": erased[0], "request_id": erased[1]}
+    if len(row) > len(_META):
+        request, response, error, input_, prompt, record = row[len(_META):]
+        if erased:
+            request = response = error = input_ = prompt = None
         out.update(request_b64=_b64(request), response_b64=_b64(response),
                    error_b64=_b64(error), input_b64=_b64(input_), prompt_b64=_b64(prompt),
                    record_b64=_b64(record))
+        if (record is not None and redaction is not None and r["key_id"] is None
+                and redaction.covers(r["stream"])):
+            import hashlib
+
+            from evidence_contract.merkle import record_leaf_hash
+
+            out.update(record_b64=None, record_sha256=hashlib.sha256(bytes(record)).hexdigest(),
+                       record_leaf_hash=record_leaf_hash(bytes(record)).hex())
     return out
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from .models import ErrorBody
+from .models import ErasedBody, ErrorBody
 
-__all__ = ["BODY_ERRORS", "ERRORS", "PUBLIC_ERRORS", "error_response"]
+__all__ = ["BODY_ERRORS", "ERASED", "ERRORS", "PUBLIC_ERRORS", "error_response"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (401, 404, 422, 503)}
@@ -22,6 +22,13 @@ BODY_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS, **{status: {"model": ErrorBody} for status in (408, 413)}}
 """What a route that reads a request body may answer besides: too slow, too large
 (:mod:`api.limits`)."""
+
+ERASED: dict[int | str, dict[str, Any]] = {410: {
+    "model": ErasedBody,
+    "description": "the record's content was erased (its subject's key destroyed): no bytes "
+                   "of it can be served or compared; erased_at and request_id name the "
+                   "erasure"}}
+"""What a route that serves or compares a record's content may answer besides."""
 
 PUBLIC_ERRORS: dict[int | str, dict[str, Any]] = {503: {"model": ErrorBody}}
 """What an operations route (no API key) may answer besides its 200."""

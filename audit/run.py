@@ -9,6 +9,16 @@ stopped, and the heads again, until they agree (a few rounds at most).
 
 The projection is compared with the log up to where both have got: rows past the log snapshot
 and log records past the projector's stored position are not compared (``projection_lag``).
+
+With a :class:`~audit.tlog.TreeAudit` (``trees``, which holds the log key and the witnessed
+checkpoints and refusals the caller fetched), ``evidence.checkpoints`` is read *before* the
+log, so every checkpoint's records are in the log snapshot, and each stream's Merkle tree is
+rebuilt while the log is read and compared with every signed and witnessed checkpoint.
+
+The erasure receipts (``evidence.erasures``, :mod:`audit.erasures`) are read before the log
+too, verified with the log key when the tree audit has one: each stream reports how many of
+its records are sealed under a key that was erased (``erased_records``). That is not a
+finding: the chain, digests and proofs of an erased record are checked like any other's.
 """
 
 from __future__ import annotations
@@ -16,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from audit.erasures import Erasures
+from audit.tlog import TreeAudit
 from audit.verify import KINDS, Finding, LogAuditor, compare_projection
 from topics import TopicNames
 
@@ -31,6 +43,14 @@ class AuditReport:
     projection_lag: int = 0                       # log records the projector has not reached
     output_checks: dict[str, int] = field(default_factory=dict)
     """Sealed output digests checked, by extraction state (``evidence_contract.outputs``)."""
+    trees: dict[str, Any] | None = None
+    """The tree audit's summary (:meth:`audit.tlog.TreeAudit.summary`), None when not run."""
+    encrypted: dict[str, int] = field(default_factory=dict)
+    """stream -> records sealed under a subject's key (contract 2.1)."""
+    erased: dict[str, int] = field(default_factory=dict)
+    """stream -> of those, records whose key an erasure receipt names (not findings)."""
+    erasures: dict[str, Any] | None = None
+    """The receipts read (:meth:`audit.erasures.Erasures.summary`), None when not read."""
 
     @property
     def clean(self) -> bool:
@@ -47,23 +67,41 @@ class AuditReport:
             "clean": self.clean,
             "messages": self.messages,
             "streams": [{"stream": s, "records": n,
-                         "findings": sum(1 for f in self.findings if f.stream == s)}
+                         "findings": sum(1 for f in self.findings if f.stream == s),
+                         "encrypted_records": self.encrypted.get(s, 0),
+                         "erased_records": self.erased.get(s, 0)}
                         for s, n in sorted(self.streams.items())],
             "findings_by_kind": self.by_kind(),
             "findings": [f.to_dict() for f in self.findings],
             "output_digest_checks": self.output_checks,
             "projection_checked": self.projection_checked,
             "projection_lag": self.projection_lag,
+            "trees": self.trees,
+            "erasures": self.erasures,
         }
 
 
 
 def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
               views: str = "evidence", stream: str | None = None,
-              progress: Callable[[int, int], None] | None = None) -> AuditReport:
+              progress: Callable[[int, int], None] | None = None,
+              trees: TreeAudit | None = None, redaction: Any = None) -> AuditReport:
+    from audit.errors import AuditError
     from audit.kafka_log import read_heads, read_topic
 
-    auditor = LogAuditor(stream=stream, keep_index=database_url is not None)
+    erasures = Erasures(log_key=trees.log_key if trees is not None else None)
+    try:
+        for partition, offset, _key, value in read_topic(bootstrap, names.erasures):
+            erasures.add(partition, offset, value)
+        erasures_read = True
+    except AuditError:  # a stack made before erasures: no such topic, nothing erased
+        erasures_read = False
+    auditor = LogAuditor(stream=stream, keep_index=database_url is not None,
+                         erased_keys=set(erasures.keys))
+    if trees is not None:
+        for partition, offset, key, value in read_topic(bootstrap, names.checkpoints):
+            trees.add_checkpoint_message(partition, offset, key, value)
+        auditor.on_record = trees.add_record
     ends: dict[int, int] = {}
     for partition, offset, _key, value in read_topic(bootstrap, names.log, progress=progress,
                                                      ends=ends):
@@ -84,7 +122,14 @@ def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
     auditor.check_heads(heads)
     report = AuditReport({s: st.records for s, st in auditor.streams.items()},
                          auditor.messages, list(auditor.findings),
-                         output_checks=dict(auditor.output_checks))
+                         output_checks=dict(auditor.output_checks),
+                         encrypted={s: st.encrypted for s, st in auditor.streams.items()},
+                         erased={s: st.erased for s, st in auditor.streams.items()},
+                         erasures=erasures.summary() if erasures_read else None)
+    report.findings += erasures.findings
+    if trees is not None:
+        report.findings += trees.finish()
+        report.trees = trees.summary()
     if database_url is not None:
         from audit.projection_db import projected_positions, projection_rows
 
@@ -95,6 +140,7 @@ def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
         index = auditor.index or {}
         report.projection_lag = sum(1 for (p, o) in index if o >= window.get(p, 0))
         report.findings += compare_projection(
-            index, projection_rows(database_url, views, stream), stream, window=window)
+            index, projection_rows(database_url, views, stream, redaction), stream,
+            window=window)
         report.projection_checked = True
     return report

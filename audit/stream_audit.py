@@ -26,11 +26,15 @@ class StreamAudit:
     contract's extraction and counted in ``to_dict()["output_digest_checks"]``.
     """
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, erased_keys: set[str] | None = None,
+                 redaction: Any = None) -> None:
         self.stream = stream
+        # The policy the projection's rows were built with (projections.redact): each row is
+        # recomputed with it, so a masked body is what the policy says, not an alteration.
+        self.redaction = redaction
         # No stream filter: a row whose record bytes belong to another stream must be
-        # audited, not skipped.
-        self.auditor = LogAuditor(keep_index=True)
+        # audited, not skipped. ``erased_keys``: key ids the projection's erasures name.
+        self.auditor = LogAuditor(keep_index=True, erased_keys=erased_keys)
         self.projection: list[Finding] = []
         self.rows = 0
 
@@ -42,7 +46,7 @@ class StreamAudit:
             value = bytes(row[-1])
             self.auditor.add(row[0], row[1], value)
             try:
-                recomputed = record_row(value, row[0], row[1])
+                recomputed = record_row(value, row[0], row[1], self.redaction)
             except DecodeError:
                 recomputed = None
             pairs.append((row, recomputed))
@@ -84,4 +88,6 @@ class StreamAudit:
             "findings_by_kind": {k: counts[k] for k in KINDS if k in counts},
             "findings": [f.to_dict() for f in findings],
             "output_digest_checks": dict(self.auditor.output_checks),
+            "encrypted_records": st.encrypted if st else 0,
+            "erased_records": st.erased if st else 0,
         }

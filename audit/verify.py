@@ -10,9 +10,19 @@ from the response, ``output_digest`` from the response's output text as the cont
 it per wire format (:func:`evidence_contract.outputs.extract`; a wire format it does not
 define is an ``output_digest_unverifiable`` finding, never a skipped check),
 ``input_digest``, ``prompt_digest`` and each ``chunk_digest`` from their bytes where kept, and
-``request_length`` / ``response_length`` are the lengths of the bytes kept. Then the chain's
+``request_length`` / ``response_length`` are the lengths of the bytes kept; no two records,
+in any stream, share an ``event_id`` (``duplicate_event_id``). Then the chain's
 last record per stream is compared with the writer's own heads (``evidence.writer-state``):
 a record that a rogue producer appended at the tail, bypassing the writer, is not in them.
+
+An encrypted record (contract 2.1, ``encryption`` set) keeps envelopes and keyed
+commitments, which nobody can recompute without the subject's data key: its shape is checked
+instead, the writer's own rule (:func:`evidence_contract.envelope.encrypted_body_problem`:
+scheme, key id, every content field an envelope of that key, the lengths those of the
+plaintexts; ``bad_encryption``), and its chain, ``record_digest`` and Merkle leaf as any
+record's. One whose key id the auditor was told is erased (``erased_keys``, from the log's
+signed erasure receipts) is counted per stream as ``erased`` (not a finding: the content is
+unrecoverable by design, its proofs still hold).
 
 Finding kinds are stable strings (``KINDS``), for reports and exit codes; findings are
 :class:`evidence_contract.chain.Finding`.
@@ -23,7 +33,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from evidence_contract import (
@@ -39,9 +49,14 @@ from evidence_contract import (
     response_digest,
     split_record,
 )
-from evidence_contract.chain import Finding, Head, Link, advance
+from evidence_contract.chain import DUPLICATE, Finding, Head, Link, Sighting, advance, \
+    event_id_findings
 from evidence_contract.outputs import KINDS as FORMATS
+from evidence_contract.envelope import encrypted_body_problem
 from evidence_contract.outputs import EXTRACTED, NO_TEXT, UNKNOWN_FORMAT, Extraction, extract
+
+from audit.erasures import ERASURE_RECEIPT_INVALID
+from audit.tlog import KINDS as TREE_KINDS
 
 __all__ = ["KINDS", "OUTPUT_DIGEST_UNVERIFIABLE", "Finding", "Indexed", "LogAuditor",
            "StreamState", "compare_projection", "extract_output"]
@@ -51,11 +66,12 @@ OUTPUT_DIGEST_UNVERIFIABLE = "output_digest_unverifiable"
 KINDS = chain.KINDS + (
     "non_canonical_body", "content_key_mismatch", "response_digest_mismatch",
     "output_digest_mismatch", OUTPUT_DIGEST_UNVERIFIABLE, "input_digest_mismatch",
-    "prompt_digest_mismatch", "chunk_digest_mismatch", "length_mismatch",
+    "prompt_digest_mismatch", "chunk_digest_mismatch", "length_mismatch", "bad_encryption",
     "not_sealed_by_writer", "head_mismatch",
-    "projection_missing", "projection_extra", "projection_altered",
-)
-"""The chain step's kinds, then the body, writer and projection checks'."""
+    "projection_missing", "projection_extra", "projection_altered", ERASURE_RECEIPT_INVALID,
+) + TREE_KINDS
+"""The chain step's kinds, then the body, writer and projection checks', then the tree
+audit's against signed and witnessed checkpoints (:mod:`audit.tlog`)."""
 
 
 def extract_output(body: Mapping[str, Any]) -> tuple[Extraction, str | None]:
@@ -82,6 +98,10 @@ class StreamState:
 
     head: Head
     records: int = 0
+    encrypted: int = 0
+    """Records sealed under a subject's key (contract 2.1 ``encryption``)."""
+    erased: int = 0
+    """Of those, records whose key the log's erasure receipts say was destroyed."""
     last_pos: tuple[int, int] | None = None
     prev_of_last: bytes = GENESIS
     # Other copies of the tail seq that link to the same predecessor: a fork. The writer only
@@ -106,13 +126,24 @@ class LogAuditor:
     out of the response (``EXTRACTED``, ``NO_TEXT``, ``UNKNOWN_FORMAT``).
     """
 
-    def __init__(self, stream: str | None = None, keep_index: bool = False):
+    def __init__(self, stream: str | None = None, keep_index: bool = False,
+                 erased_keys: set[str] | None = None):
         self.stream_filter = stream
+        # Key ids (32 hex) that erasure receipts name: their records count as erased.
+        self.erased_keys: set[str] = set(erased_keys or ())
         self.streams: dict[str, StreamState] = {}
         self.findings: list[Finding] = []
         self.messages = 0
         self.output_checks: Counter = Counter({EXTRACTED: 0, NO_TEXT: 0, UNKNOWN_FORMAT: 0})
         self.index: dict[tuple[int, int], Indexed] | None = {} if keep_index else None
+        # event_id -> the first record sealed with it (Sighting.order), over the whole log:
+        # a second one in any stream is a duplicate_event_id finding. A stream's own audit
+        # (stream_filter) sees only that stream, and checks it within the stream.
+        self.first_sealed: dict[str, Sighting] = {}
+        # Called with (stream, seq, record_digest, value) for every record of the audited
+        # streams, in log order: the tree audit (audit.tlog.TreeAudit.add_record) rides along
+        # without decoding the record again.
+        self.on_record: Callable[[str, int, bytes, bytes], None] | None = None
 
     def _find(self, kind: str, stream, seq, partition, offset, detail: str) -> None:
         self.findings.append(Finding(kind, stream, seq, detail, partition, offset))
@@ -147,14 +178,36 @@ class LogAuditor:
             # writer's, the one the auditor had taken as the tail is not.
             self._abandon(stream, st, prev)
         st.head, finding = advance(st.head, link)
+        if self.on_record is not None:
+            self.on_record(stream, seq, link.record_digest, bytes(value))
         if finding is not None:
             self.findings.append(finding.at(partition, offset))
+        if finding is None or finding.kind != DUPLICATE:
+            self._sight(Sighting(link.event_id, stream, seq, link.occurred_at, partition,
+                                 offset))
         if st.head.seq > before.seq:
             st.last_pos, st.prev_of_last, st.forks = (partition, offset), prev, {}
         if canonical_body_bytes(body) != stored_body:
             self._find("non_canonical_body", *where,
                        "stored body bytes are not the canonical Avro binary of the body")
+        if body.get("encryption") is not None:
+            st.encrypted += 1
+            if body["encryption"].get("key_id") in self.erased_keys:
+                st.erased += 1
+            problem = encrypted_body_problem(body)
+            if problem:
+                self._find("bad_encryption", *where, problem)
+            return
         self._check_body(body, where)
+
+    def _sight(self, s: Sighting) -> None:
+        first = self.first_sealed.get(s.event_id)
+        if first is None:
+            self.first_sealed[s.event_id] = s
+            return
+        self.findings += event_id_findings([first], [s])
+        if s.order < first.order:
+            self.first_sealed[s.event_id] = s
 
     def _abandon(self, stream: str, st: StreamState, writer_digest: bytes) -> None:
         """Two copies of the tail seq link to the same predecessor; the writer's chain (its

@@ -1,29 +1,37 @@
 """Capture-to-queryable latency at a fixed offered rate, through the gateway's Recorder.
 
-One stream per rate. The main thread hands synthetic finished exchanges (a chat request and a
-1 KiB JSON response, as the capture transport would build them) to ``Recorder.submit`` on a
-fixed schedule (open loop: a late submit does not delay the next) and notes when each was
-sent. A poller process asks the API for the stream's head (``GET /streams/{s}``) every 2 ms
-and notes when each seq first became visible. The Recorder keeps submit order and one stream
-lives on one partition, so the i-th submit is seq i: its latency is the first time the head
-reached i minus its send time (wall clock, shared by both processes). A poll's round trip
-and pause (~3–5 ms) are included. Each latency is also split at the writer's seal
-(``occurred_at``): send → sealed and sealed → visible.
+The load comes from gateway processes, each a Recorder on a stream of its own: one up to
+``PER_GATEWAY`` captures/s, and as many as that takes above it (one Python process's sender
+thread encodes and spools a few thousand captures a second: a deployment taking 10k/s runs
+several gateways too). Each hands synthetic finished exchanges (a chat request and a 1 KiB
+JSON response, as the capture transport would build them) to ``Recorder.submit`` on a fixed
+schedule (open loop: a late submit does not delay the next) and notes when each was sent. A
+poller process asks the API for each stream's head (``GET /streams/{s}``) in turn, pausing
+2 ms after a round, and notes when each seq first became visible. A Recorder keeps submit
+order and one stream lives on one partition, so a stream's i-th submit is its seq i: its
+latency is the first time the head reached i minus its send time (wall clock, shared by the
+processes). A poll round's round trips and pause are included. Each latency is also split at
+the writer's seal (``occurred_at``): send → sealed and sealed → visible. ``rate_achieved`` is
+what the gateways managed to submit; when it falls short of the offer the load generator,
+not the pipeline, was the limit.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import httpx
 
 from evidence_client import Recorder
 from evidence_client.capture import Exchange
 from evidence_contract import content_key, now_micros
+
+from bench.services import cpu_seconds
 
 
 def _exchange(stream: str, i: int, response: bytes) -> Exchange:
@@ -36,53 +44,56 @@ def _exchange(stream: str, i: int, response: bytes) -> Exchange:
                     content_type="application/json", chunks=[response], eof=True)
 
 
-def _poll(api_url: str, key: str, stream: str, n: int, stop: Any, results: Any) -> None:
-    """In the poller process: note (wall time, head_seq) whenever the head moves."""
-    seen: list[tuple[float, int]] = []
-    head = 0
+PER_GATEWAY = 2000.0
+"""Captures/s one gateway process offers at most; above it the load is split."""
+
+
+def _poll(api_url: str, key: str, streams: list[str], n: int, stop: Any, results: Any,
+          start_at: float = 0.0) -> None:
+    """In the poller process: per stream, note (wall time, head_seq) whenever the head moves;
+    put them, and the CPU seconds the poller used from ``start_at`` on."""
+    cpu0 = None
+    seen: dict[str, list[tuple[float, int]]] = {s: [] for s in streams}
+    head = dict.fromkeys(streams, 0)
     with httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {key}"},
                       timeout=10) as client:
-        client.get(f"/streams/{stream}")
+        for s in streams:
+            client.get(f"/streams/{s}")
         results.put("ready")
-        while not stop.is_set() and head < n:
-            r = client.get(f"/streams/{stream}")
-            t = time.time()
-            if r.status_code == 200:
-                h = r.json()["head_seq"]
-                if h > head:
-                    head = h
-                    seen.append((t, h))
+        while not stop.is_set() and any(h < n for h in head.values()):
+            if cpu0 is None and time.time() >= start_at:
+                cpu0 = time.process_time()
+            for s in streams:
+                if head[s] >= n:
+                    continue
+                r = client.get(f"/streams/{s}")
+                t = time.time()
+                if r.status_code == 200:
+                    h = r.json()["head_seq"]
+                    if h > head[s]:
+                        head[s] = h
+                        seen[s].append((t, h))
             time.sleep(0.002)
-    results.put(seen)
+    results.put((seen, time.process_time() - (cpu0 if cpu0 is not None else time.process_time())))
 
 
-def _percentile(sorted_ms: list[float], q: float) -> float:
-    if not sorted_ms:
-        return float("nan")
-    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
-
-
-def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, seconds: float,
-            spool_dir: Path, settle_s: float = 30.0) -> dict[str, Any]:
-    stream = f"bench:lat-{int(rate)}"
-    n = max(1, int(rate * seconds))
-    text = "x" * 900
+def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
+              spool_dir: str, start_at: float, results: Any) -> None:
+    """In a gateway process: submit ``n`` exchanges at ``rate`` from wall time ``start_at``;
+    put (stream, sent wall times, sent wall µs, offered seconds)."""
+    json_text = "x" * 900
     response = json.dumps({"id": "bench", "object": "chat.completion", "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).encode()
+        {"index": 0, "message": {"role": "assistant", "content": json_text},
+         "finish_reason": "stop"}]}).encode()
     sent = [0.0] * n
     sent_wall_us = [0] * n
-    # The poller is a process of its own: as a thread it would share this process's GIL with
-    # the Recorder's sender thread and slow the very gateway being measured.
-    ctx = multiprocessing.get_context("spawn")
-    stop, results = ctx.Event(), ctx.Queue()
-    poller = ctx.Process(target=_poll, args=(api_url, key, stream, n, stop, results),
-                         name=f"poll-{stream}", daemon=True)
-    poller.start()
-    recorder = Recorder(bootstrap, stream, topic_prefix=prefix, spool_dir=spool_dir,
+    recorder = Recorder(bootstrap, stream, topic_prefix=prefix, spool_dir=Path(spool_dir),
                         close_timeout=10)
     recorder.start()
     try:
-        results.get(timeout=60)  # the poller is up and polling
+        results.put(("ready", stream))
+        time.sleep(max(0.0, start_at - time.time()))
+        cpu0 = time.process_time()  # every thread: the sender's, librdkafka's
         t0 = time.perf_counter()
         interval = 1.0 / rate
         for i in range(n):
@@ -94,23 +105,105 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
             sent[i], sent_wall_us[i] = time.time(), now_micros()
             recorder.submit(ex)
         offered_s = time.perf_counter() - t0
+    finally:
+        recorder.close(10)
+    results.put((stream, sent, sent_wall_us, offered_s, time.process_time() - cpu0))
+
+
+def _percentile(sorted_ms: list[float], q: float) -> float:
+    if not sorted_ms:
+        return float("nan")
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
+
+
+def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, seconds: float,
+            spool_dir: Path, settle_s: float = 30.0,
+            cpu_pids: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """One rate; see the module docstring. ``cpu_pids`` (a name per process tree: writer,
+    projector, api, kafka, postgres) adds ``cpu_us_per_capture``: what each used from the
+    gateways' start to the end of the settle, per capture sent, beside the gateways' own and
+    the poller's, and ``cores_busy``, all of it over that wall time: the machine's demand."""
+    gateways = max(1, math.ceil(rate / PER_GATEWAY))
+    per = rate / gateways
+    n = max(1, int(per * seconds))  # per gateway
+    streams = [f"bench:lat-{int(rate)}-{g}" for g in range(gateways)]
+    # Each a process of its own: as threads they would share one GIL with the Recorders'
+    # sender threads and slow the very gateways being measured.
+    ctx = multiprocessing.get_context("spawn")
+    stop, polled, made = ctx.Event(), ctx.Queue(), ctx.Queue()
+    start_at = time.time() + 3.0 + 0.2 * gateways  # every gateway started and connected
+    poller = ctx.Process(target=_poll, args=(api_url, key, streams, n, stop, polled, start_at),
+                         name=f"poll-{int(rate)}", daemon=True)
+    poller.start()
+    procs = [ctx.Process(target=_generate, args=(bootstrap, prefix, s, per, n,
+                                                 str(spool_dir / s.replace(":", "_")),
+                                                 start_at, made),
+                         name=f"gateway-{s}", daemon=True) for s in streams]
+    for p in procs:
+        p.start()
+    sent: dict[str, tuple[list[float], list[int], float]] = {}
+    seen: dict[str, list[tuple[float, int]]] = {}
+    gateway_cpu, wall = 0.0, float("nan")
+    cpu0: dict[str, float | None] = {}
+    cpu1: dict[str, float | None] = {}
+    try:
+        polled.get(timeout=60)  # the poller is up and polling
+        for _ in procs:
+            made.get(timeout=60)  # each gateway's Recorder is up
+        time.sleep(max(0.0, start_at - time.time()))
+        wall0 = time.monotonic()
+        cpu0 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
+        for _ in procs:
+            stream, times, wall_us, offered_s, used = made.get(timeout=seconds * 10 + 120)
+            sent[stream] = (times, wall_us, offered_s)
+            gateway_cpu += used
         poller.join(settle_s)
+        cpu1 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
+        wall = time.monotonic() - wall0
     finally:
         stop.set()
-        seen: list[tuple[float, int]] = results.get(timeout=30)
-        poller.join(10)
-        recorder.close(10)
+        poller_cpu = None
+        try:
+            seen, poller_cpu = polled.get(timeout=30)
+        finally:
+            poller.join(10)
+            for p in procs:
+                p.join(30)
     lat_ms: list[float] = []
-    j = 0
-    for i in range(n):  # seq i+1
-        while j < len(seen) and seen[j][1] < i + 1:
-            j += 1
-        if j == len(seen):
-            break
-        lat_ms.append((seen[j][0] - sent[i]) * 1e3)
-    sealed_ms, shown_ms = _stages(api_url, key, stream, sent_wall_us, seen)
+    sealed_ms: list[float] = []
+    shown_ms: list[float] = []
+    for stream in streams:
+        times, wall_us, _ = sent.get(stream, ([], [], 0.0))
+        got = seen.get(stream, [])
+        j = 0
+        for i in range(len(times)):  # seq i+1
+            while j < len(got) and got[j][1] < i + 1:
+                j += 1
+            if j == len(got):
+                break
+            lat_ms.append((got[j][0] - times[i]) * 1e3)
+        a, b = _stages(api_url, key, stream, wall_us, got)
+        sealed_ms += a
+        shown_ms += b
     lat_ms.sort()
-    return {"rate_offered": rate, "rate_achieved": round(n / offered_s, 1), "captures": n,
+    sealed_ms.sort()
+    shown_ms.sort()
+    offered_s = max((v[2] for v in sent.values()), default=0.0) or float("nan")
+    total = n * gateways
+    used = {"gateways": gateway_cpu}
+    if poller_cpu is not None:
+        used["poller"] = poller_cpu
+    for name, before in cpu0.items():
+        after = cpu1.get(name)
+        if before is not None and after is not None:
+            used[name] = after - before
+    cpu = {}
+    if cpu_pids:
+        cpu = {"cpu_us_per_capture": {k: round(v / total * 1e6, 1) for k, v in used.items()},
+               "cores_busy": round(sum(used.values()) / wall, 2),
+               "cpu_window_s": round(wall, 1)}
+    return {**cpu, "rate_offered": rate, "rate_achieved": round(total / offered_s, 1),
+            "gateways": gateways, "captures": total,
             "visible": len(lat_ms), "p50_ms": round(_percentile(lat_ms, 0.50), 1),
             "p95_ms": round(_percentile(lat_ms, 0.95), 1),
             "p99_ms": round(_percentile(lat_ms, 0.99), 1),

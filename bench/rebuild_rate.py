@@ -11,6 +11,7 @@ its own topics, meta/views/generation schemas and drops them afterwards.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from cli.progress import Progress  # noqa: E402
 from projections.rebuild import rebuild  # noqa: E402
 from projections.rows import RECORD_COLUMNS, RECORD_TYPES, record_row  # noqa: E402
 from projections.store import Store  # noqa: E402
+from server.runtime import tune_gc  # noqa: E402
 from tests.fixtures.log import chain, produce  # noqa: E402
 from topics import TopicNames, TopicSettings, ensure_topics  # noqa: E402
 
@@ -66,7 +68,14 @@ def main() -> int:
         # checks under the live lock, swap, drop).
         with Store(cfg) as store:
             store.live_generation(create=True)
-        r = rebuild(cfg, progress_factory=Progress)
+        # With the collector settings `evidence projections rebuild` runs with.
+        before = gc.get_threshold()
+        tune_gc()
+        try:
+            r = rebuild(cfg, progress_factory=Progress)
+        finally:
+            gc.unfreeze()
+            gc.set_threshold(*before)
         assert r.records == n, (r.records, n)
         rate = n / r.seconds
 

@@ -42,17 +42,38 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(f"| eventsourcing PostgreSQL recorder, batches of {e['batch']} | "
                      f"{_fmt(e['records_per_s'])} | {e['seconds']} |")
     lines += ["", "## 2. Capture-to-queryable latency (Recorder → writer → projector → API)", "",
-              "| offered/s | achieved/s | captures | visible | p50 ms | p95 ms | p99 ms | max ms |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| offered/s | achieved/s | gateways | captures | visible | p50 ms | p95 ms | p99 ms | max ms | send → sealed p50 / p99 ms | sealed → visible p50 / p99 ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["latency"]:
-        lines.append(f"| {_fmt(x['rate_offered'])} | {_fmt(x['rate_achieved'])} | {x['captures']} | "
-                     f"{x['visible']} | {x['p50_ms']} | {x['p95_ms']} | {x['p99_ms']} | {x['max_ms']} |")
+        offered = _fmt(x["rate_offered"]) + (" (writer max)" if x.get("writer_max") else "")
+        a, b = x.get("send_to_sealed_ms", {}), x.get("sealed_to_visible_ms", {})
+        lines.append(f"| {offered} | {_fmt(x['rate_achieved'])} | {x.get('gateways', 1)} | "
+                     f"{x['captures']} | {x['visible']} | {x['p50_ms']} | {x['p95_ms']} | "
+                     f"{x['p99_ms']} | {x['max_ms']} | {a.get('p50')} / {a.get('p99')} | "
+                     f"{b.get('p50')} / {b.get('p99')} |")
+    cpu_rows = [x for x in r["latency"] if x.get("cpu_us_per_capture")]
+    if cpu_rows:
+        names = list(dict.fromkeys(k for x in cpu_rows for k in x["cpu_us_per_capture"]))
+        lines += ["", "CPU a capture cost each process during each rate (µs, from the gateways' "
+                  "start to the end of the settle), and the cores all of it kept busy over "
+                  "that time; the machine has " + str(r.get("machine", {}).get("cores", "?"))
+                  + " cores.", "",
+                  "| offered/s | " + " | ".join(names) + " | all | cores busy |",
+                  "|---|" + "---|" * (len(names) + 2)]
+        for x in cpu_rows:
+            c = x["cpu_us_per_capture"]
+            lines.append(f"| {_fmt(x['rate_offered'])} | "
+                         + " | ".join(str(c.get(k, "")) for k in names)
+                         + f" | {round(sum(c.values()), 1)} | {x['cores_busy']} |")
     b = r["rebuild"]
     lines += ["", "## 3. Projection rebuild", "",
               "| what | records/s | seconds |", "|---|---|---|",
               f"| rebuild from offset 0 (blue/green, checks, swap) | {_fmt(b['records_per_s'])} | {b['seconds']} |",
               f"| binary COPY of the same rows, unindexed table | {_fmt(b['copy_rows_per_s'])} | {b['copy_seconds']} |",
               "", "## 4. Replay verify vs a bare primary-key route (same server)", "",
+              f"`evidence api` with {r.get('api_workers', 1)} worker(s); closed-loop load from "
+              f"the bench's raw HTTP/1.1 keep-alive client (`bench.loadgen`), one connection "
+              f"per concurrent client. Ratio: verify over bare at the same concurrency.", "",
               "| concurrency | verify req/s | p50 ms | p99 ms | failed | bare req/s | p50 ms | p99 ms | failed | ratio |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for v in r["verify"]:
@@ -63,6 +84,19 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "## 5. Peak RSS (VmHWM) during 1–4", "", "| process | MiB |", "|---|---|"]
     for name, mib in r["peak_rss_mib"].items():
         lines.append(f"| {name} | {_fmt(mib, 1)} |")
+    if r.get("scale_out"):
+        so = r["scale_out"]
+        lines += ["", "## 6. Sealing scale-out (one consumer group)", "",
+                  f"The same captures, sealed by 1 and by 2 writers on topics of their own, timed "
+                  f"from a settled group over a pre-loaded intake (`bench.scale_out`); "
+                  f"{so['cores']} cores shared with the broker. 2 writers / 1 writer: "
+                  f"**{so['ratio']:.2f}×**.", "",
+                  "| writers | records/s | seconds | partitions owned | rebalanced while timed |",
+                  "|---|---|---|---|---|"]
+        for x in so["runs"]:
+            owned = " + ".join(str(len(p)) for p in x["partitions_owned"])
+            lines.append(f"| {x['writers']} | {_fmt(x['records_per_s'])} | {x['seconds']} | "
+                         f"{owned} | {'yes' if x['rebalanced'] else 'no'} |")
     lines += ["", f"Reproduce: `{r['command']}`", ""]
     return "\n".join(lines)
 

@@ -94,15 +94,19 @@ def committed(bootstrap: str, group: str, tps: list[TopicPartition]) -> list[int
 
 
 def start_writer(bootstrap: str, settings: TopicSettings, opts: dict, profile: str | None = None,
-                 ready_timeout: float = 120) -> WriterProcess:
+                 ready_timeout: float = 120, native: str | None = None) -> WriterProcess:
     """Start ``evidence writer`` on the bench's topics, under py-spy when ``profile`` is given
-    (speedscope for a .json path, a flame graph otherwise), and wait until it is ready."""
+    (speedscope for a .json path, a flame graph otherwise), and wait until it is ready.
+    ``native`` is the writer's ``EVIDENCE_NATIVE`` (its seal path; default: auto)."""
     cmd = [sys.executable, "-m", "cli.main", "writer"]
     if profile:
         fmt = "speedscope" if str(profile).endswith(".json") else "flamegraph"
         cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-r",
                "200", "-f", fmt, "-o", str(profile), "--"] + cmd
-    writer = WriterProcess(cmd, writer_env(bootstrap, settings, **opts))
+    env = writer_env(bootstrap, settings, **opts)
+    if native is not None:
+        env["EVIDENCE_NATIVE"] = native
+    writer = WriterProcess(cmd, env)
     writer.wait_ready(ready_timeout)
     return writer
 
@@ -133,6 +137,9 @@ def main() -> int:
     ap.add_argument("--batch-linger-ms", type=int, default=None)
     ap.add_argument("--profile", metavar="PATH", default=None,
                     help="run the writer under py-spy and write a flame graph (svg) or speedscope json")
+    ap.add_argument("--native", choices=("auto", "0", "1"), default=None,
+                    help="the writer's EVIDENCE_NATIVE: its seal path (default auto: compiled "
+                         "if built)")
     args = ap.parse_args()
 
     settings = TopicSettings(names=TopicNames(f"bench{uuid.uuid4().hex[:8]}"), partitions=args.partitions)
@@ -147,7 +154,8 @@ def main() -> int:
             opts["batch_max_messages"] = args.batch_max_messages
         if args.batch_linger_ms is not None:
             opts["batch_linger_ms"] = args.batch_linger_ms
-        writer = start_writer(args.bootstrap, settings, opts, args.profile, ready_timeout=60)
+        writer = start_writer(args.bootstrap, settings, opts, args.profile, ready_timeout=60,
+                              native=args.native)
         t0, t1 = time_until_sealed(args.bootstrap, writer, opts["group_id"], ends, timeout=600)
         seal_rate = args.captures / (t1 - t0)
         if args.profile:  # stop the writer under py-spy, so py-spy sees it exit and writes
@@ -159,7 +167,7 @@ def main() -> int:
         result = {"captures": args.captures, "streams": args.streams, "partitions": args.partitions,
                   "preload_s": round(load_s, 2), "seal_s": round(t1 - t0, 2),
                   "sealed_per_s": round(seal_rate), "plain_idempotent_producer_per_s": round(plain),
-                  "ratio": round(seal_rate / plain, 3)}
+                  "ratio": round(seal_rate / plain, 3), "native": args.native or "auto"}
         print(json.dumps(result))
         return 0
     finally:

@@ -2,12 +2,14 @@
 
 - :func:`start_writer` — ``evidence writer`` on the bench's topics (optionally under py-spy);
 - :class:`Service` ``projector`` — ``evidence projector`` into the bench's schemas;
-- :class:`Service` ``api`` — the real app under uvicorn plus one bench-only route,
+- :class:`Service` ``api`` — ``evidence api`` (its workers, bounds and pool per worker)
+  serving :mod:`bench.app`: the real app plus one bench-only route,
   ``GET /_bench/pk/{partition}/{offset}``: one primary-key select on the same views through
   the same pool, the "bare route" replay verify is measured against.
 
 ``peak_rss_mib(pid)`` reads ``VmHWM`` from ``/proc``: the kernel's own high-water mark of the
-resident set, so no sampling can miss a peak.
+resident set, so no sampling can miss a peak; :func:`children` finds the API's workers
+(a multi-worker API's own pid is the supervisor's).
 """
 
 from __future__ import annotations
@@ -24,23 +26,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-API_CODE = r"""
-import os, uvicorn
-from api import Settings, create_app
-app = create_app(Settings.from_env())
-db = app.state.db
-
-@app.get("/_bench/pk/{partition}/{offset}")
-async def bare(partition: int, offset: int):
-    sql = (f'select log_offset from "{db.views}".records '
-           'where log_partition = %s and log_offset = %s')
-    async with db._connection() as conn:
-        row = await (await conn.execute(sql, (partition, offset))).fetchone()
-    return {"offset": row[0] if row else None}
-
-uvicorn.run(app, host="127.0.0.1", port=int(os.environ["BENCH_PORT"]), log_level="warning",
-            access_log=False, server_header=False)
-"""
 
 
 def peak_rss_mib(pid: int) -> float | None:
@@ -52,6 +37,52 @@ def peak_rss_mib(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def children(pid: int, marker: bytes = b"") -> list[int]:
+    """The child processes of ``pid`` whose command line holds ``marker`` (none if it is
+    gone); ``b"spawn_main"`` picks uvicorn's workers, not multiprocessing's resource tracker."""
+    try:
+        pids = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    out = []
+    for c in pids:
+        try:
+            if marker in Path(f"/proc/{c}/cmdline").read_bytes():
+                out.append(c)
+        except OSError:
+            pass
+    return out
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) a process and its descendants have used so far: the live
+    ones' and what the reaped ones left in their parents' counts; None if ``pid`` is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(p: int) -> list[str] | None:
+        try:
+            return Path(f"/proc/{p}/stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+
+    root = fields(pid)
+    if root is None:
+        return None
+    total, todo, first = 0, [pid], True
+    while todo:
+        p = todo.pop()
+        f = root if first else fields(p)
+        if f is not None:
+            # utime, stime (fields 14, 15); cutime, cstime (16, 17): children reaped
+            total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+        first = False
+        try:
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            pass
+    return total / tick
 
 
 def free_port() -> int:
@@ -107,12 +138,18 @@ def start_projector(cfg: Any) -> Service:
     return Service("projector", [sys.executable, "-m", "cli.main", "projector"], env)
 
 
-def start_api(database_url: str, views_schema: str, key: str) -> tuple[Service, str]:
+def start_api(database_url: str, views_schema: str, key: str,
+              workers: int | None = None) -> tuple[Service, str]:
+    """``evidence api --factory bench.app:bench_app``; ``workers`` None: the server's default
+    (one per core)."""
     port = free_port()
     env = child_env(EVIDENCE_DATABASE_URL=database_url, EVIDENCE_API_KEY=key,
-                    EVIDENCE_API_KEY_STREAMS="*", EVIDENCE_PG_VIEWS_SCHEMA=views_schema,
-                    EVIDENCE_API_POOL_MAX="20", BENCH_PORT=str(port))
-    svc = Service("api", [sys.executable, "-c", API_CODE], env)
+                    EVIDENCE_API_KEY_STREAMS="*", EVIDENCE_PG_VIEWS_SCHEMA=views_schema)
+    cmd = [sys.executable, "-m", "cli.main", "api", "--factory", "bench.app:bench_app",
+           "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    if workers is not None:
+        cmd += ["--workers", str(workers)]
+    svc = Service("api", cmd, env)
     base = f"http://127.0.0.1:{port}"
     import httpx
 

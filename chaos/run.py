@@ -297,11 +297,15 @@ def main(argv: list[str] | None = None) -> int:
             stack.down(cfg, clean=True)
             shutil.rmtree(work, ignore_errors=True)
     ok = (result["lost"] == 0 and result["duplicated"] == 0 and result["gaps"] == 0
-          and not result["chain_findings"] and result["projection"]["equal_to_log"]
+          and result["duplicated_event_ids"] == 0 and not result["chain_findings"] and result["projection"]["equal_to_log"]
           and result["audit_exit"] == 0)
     result["passed"] = ok
     faults = ", ".join(f"{k} {v}" for k, v in sorted(result["faults"].items()))
-    summary = (f"chaos: {result['submitted']} captures submitted, {result['sealed']} sealed, "
+    # A call in flight when its load process was killed -9 may be sealed (it was spooled or
+    # sent) without ever returning to the application: sealed, not submitted, not lost.
+    in_flight = result["sealed"] - result["duplicated"] - result["submitted"]
+    extra = f" ({in_flight} from calls in flight in killed load processes)" if in_flight else ""
+    summary = (f"chaos: {result['submitted']} captures submitted, {result['sealed']} sealed{extra}, "
                f"{result['lost']} lost, {result['duplicated']} duplicated, {result['gaps']} gaps "
                f"in {result['streams']} streams; projection {'= log' if result['projection']['equal_to_log'] else '!= log'}; "
                f"audit exit {result['audit_exit']}; faults: {faults}; supervisor restarts "

@@ -1,7 +1,16 @@
-"""``evidence audit [--stream S] [--json] [--no-projection]``.
+"""``evidence audit [--stream S] [--json] [--no-projection] [--log-key FILE]
+[--witness URL ...] [--checkpoint FILE ...] [--witness-key KEY ...]``.
 
 Reads the log itself from offset 0 and recomputes every digest and link, compares the chain
 tails with the writer's heads, then checks the live projection against the log.
+
+With the log's verifier key (``--log-key``, else ``$EVIDENCE_LOG_VERIFIER_KEY_FILE`` or the
+signer key of ``$EVIDENCE_LOG_SIGNING_KEY_FILE`` in the environment, else ``.stack/env``'s)
+it also rebuilds each stream's Merkle tree and checks every checkpoint on
+``evidence.checkpoints`` against it, and each witnessed checkpoint: those the witnesses at
+``--witness URL`` cosigned (and the checkpoints they refused) and the notes in
+``--checkpoint FILE``, their cosignatures verified with ``--witness-key`` (a verifier key or a
+file of them). See :mod:`audit.tlog` for the finding kinds.
 
 Exit codes: 0 clean, 1 could not run, 2 usage error, 3 found something.
 """
@@ -31,6 +40,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="check the log only, not the PostgreSQL projection")
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: $EVIDENCE_KAFKA_BOOTSTRAP)")
     p.add_argument("--database-url", help="PostgreSQL URL (default: $EVIDENCE_DATABASE_URL)")
+    p.add_argument("--log-key", metavar="FILE",
+                   help="the log's verifier key (default $EVIDENCE_LOG_VERIFIER_KEY_FILE)")
+    p.add_argument("--witness", metavar="URL", action="append", default=[],
+                   help="a witness to ask what it cosigned and refused (repeatable)")
+    p.add_argument("--checkpoint", metavar="FILE", action="append", default=[],
+                   help="a witnessed checkpoint note you kept (repeatable)")
+    p.add_argument("--witness-key", metavar="KEY", action="append", default=[],
+                   help="a witness's verifier key, or a file of them (repeatable)")
+    p.add_argument("--no-trees", action="store_true",
+                   help="skip the Merkle tree and checkpoint checks")
+
+
+def _keys(args: argparse.Namespace, env: dict[str, str]):
+    """(log key or None, witness keys); ValueError with a usage message."""
+    from pathlib import Path
+
+    from evidence_contract.note import NoteError, parse_skey, parse_vkey
+
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"cannot read {path}: {e}") from e
+
+    log_key = None
+    # The process's own variables first, then .stack/env's: a test or an operator that names
+    # a key is not overruled by the local stack's.
+    candidates = [(args.log_key, parse_vkey)] if args.log_key else []
+    for source in (os.environ, env):
+        candidates += [(source.get("EVIDENCE_LOG_VERIFIER_KEY_FILE"), parse_vkey),
+                       (source.get("EVIDENCE_LOG_SIGNING_KEY_FILE"),
+                        lambda t: parse_skey(t).verifier)]
+    for path, parse in candidates:
+        if path:
+            try:
+                log_key = parse(read(path))
+            except NoteError as e:
+                raise ValueError(f"{path} is not a note key: {e}") from e
+            break
+    witness_keys = []
+    for item in args.witness_key:
+        texts = [item] if "+" in item and not os.path.exists(item) else read(item).splitlines()
+        for t in (t.strip() for t in texts):
+            if t:
+                try:
+                    witness_keys.append(parse_vkey(t))
+                except NoteError as e:
+                    raise ValueError(f"--witness-key {t[:60]!r} is not a verifier key: {e}") \
+                        from e
+    return log_key, witness_keys
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +111,30 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     settings = TopicSettings.from_env(env)
+    trees = None
+    if not args.no_trees:
+        from audit.tlog import TreeAudit
+        from audit.witnesses import load_checkpoint_file, load_witness
+
+        try:
+            log_key, witness_keys = _keys(args, env)
+        except ValueError as e:
+            print(f"evidence audit: {e}", file=sys.stderr)
+            return 2
+        if log_key is None and (args.witness or args.checkpoint):
+            print("evidence audit: --witness and --checkpoint need the log's verifier key: "
+                  "pass --log-key FILE or set EVIDENCE_LOG_VERIFIER_KEY_FILE", file=sys.stderr)
+            return 2
+        if log_key is not None:
+            trees = TreeAudit(log_key, stream_filter=args.stream)
+            try:
+                for path in args.checkpoint:
+                    load_checkpoint_file(trees, path, witness_keys)
+                for url in args.witness:
+                    load_witness(trees, url, witness_keys, args.stream)
+            except AuditError as e:
+                print(f"evidence audit: cannot run: {e}", file=sys.stderr)
+                return 1
     bar: list[Progress] = []
 
     def progress(done: int, total: int) -> None:
@@ -61,10 +144,31 @@ def run(args: argparse.Namespace) -> int:
             bar.append(Progress(f"auditing {settings.names.log}", total))
         bar[0].update(done, done)
 
+    # The projection's rows are recomputed with the redaction policy the live generation
+    # records it was built with (else, for an older generation, EVIDENCE_REDACTION_FILE, the
+    # projector's file): a masked body is then what the policy says.
+    try:
+        from projections.redact import RedactionError, from_env
+
+        recorded, redaction = False, None
+        if db:
+            from audit.projection_db import recorded_redaction
+
+            recorded, redaction = recorded_redaction(
+                db, env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"))
+        if not recorded:
+            redaction = from_env(env)
+    except (OSError, RedactionError) as e:
+        print(f"evidence audit: redaction policy: {e}", file=sys.stderr)
+        return 2
+    except AuditError as e:
+        print(f"evidence audit: cannot run: {e}", file=sys.stderr)
+        return 1
     try:
         report = run_audit(bootstrap, settings.names, db,
                            views=env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"),
-                           stream=args.stream, progress=progress)
+                           stream=args.stream, progress=progress, trees=trees,
+                           redaction=redaction)
     except AuditError as e:
         print(f"evidence audit: cannot run: {e}", file=sys.stderr)
         return 1
@@ -92,6 +196,20 @@ def _print_summary(report) -> None:
            if report.projection_lag else "")
     print(f"{len(report.streams)} streams, {report.messages:,} log messages, "
           f"projection {'checked' if report.projection_checked else 'not checked'}{lag}")
+    erased = sum(report.erased.values())
+    if erased or sum(report.encrypted.values()):
+        print(f"encrypted: {sum(report.encrypted.values()):,} records, {erased:,} of them "
+              f"erased (their keys destroyed: content unrecoverable, chain and proofs "
+              f"checked; not findings)"
+              + ("" if report.erasures is None or report.erasures["verified"]
+                 else "; erasure receipts read without the log key, unverified"))
+    if report.trees is not None:
+        ts = report.trees["streams"]
+        print(f"trees: {sum(s['checkpoints_checked'] for s in ts):,} signed checkpoints and "
+              f"{sum(len(s['witnessed']) for s in ts):,} witnessed ones checked, "
+              f"{report.trees['witness_refusals']:,} witness refusals of log-signed ones")
+    else:
+        print("trees: not checked (no log verifier key: pass --log-key)")
     if report.clean:
         print("CLEAN: every chain links, every digest recomputes"
               + (", the projection matches the log" if report.projection_checked else ""))

@@ -1,7 +1,14 @@
 """``evidence export --stream S --seq N --out DIR``.
 
 Finds the record's log position in the projection, reads the message from the log itself (the
-projection is only the index), and writes the files of :mod:`audit.export`.
+projection is only the index), and writes the files of :mod:`audit.export`. From the API
+(``--api``/``--api-key``, as ``evidence prove``) it adds the stream's latest checkpoint with its
+cosignatures and the record's inclusion proof, both verified here first with the log key
+(``--log-key``, see :mod:`cli.tlog`) and the witness keys (``--witness-key``, else
+``$EVIDENCE_WITNESS_KEYS``); without an API, or before a checkpoint covers the record, the
+export says it has no proof. A record whose key was erased (the projection's ``erasures``)
+exports without content, and with the log's signed receipt when there is a proof to check
+it against: VERIFY.md says erased, and what still verifies.
 
 Exit codes: 0 written, 1 the record or a service is missing, 2 usage error.
 """
@@ -21,14 +28,60 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="directory to write (created)")
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: $EVIDENCE_KAFKA_BOOTSTRAP)")
     p.add_argument("--database-url", help="PostgreSQL URL (default: $EVIDENCE_DATABASE_URL)")
+    p.add_argument("--log-key", metavar="FILE", help="the log's verifier key (see evidence prove)")
+    p.add_argument("--witness-key", metavar="KEY", action="append", default=[],
+                   help="a witness's verifier key or a file of them (default "
+                        "$EVIDENCE_WITNESS_KEYS)")
+    p.add_argument("--no-proof", action="store_true", help="do not ask the API for a proof")
+    from cli.tlog import add_common
+
+    add_common(p)
+
+
+def _proof(args: argparse.Namespace, env: dict[str, str], stream: str, seq: int):
+    """The TreeProof for the record from the API, or (None, why not)."""
+    import os
+
+    from audit.export import TreeProof
+    from cli.tlog import CliError, api_client, log_key
+    from evidence_contract.note import NoteError, parse_vkey
+
+    try:
+        api = api_client(args, env)
+        key, _source = log_key(args.log_key, env, api)
+        r = api.get(f"/streams/{stream}/checkpoint")
+        if r.status_code != 200:
+            return None, f"the log has no checkpoint of {stream} ({r.status_code})"
+        note = r.content
+        size = int(note.split(b"\n")[1])
+        if size < seq:
+            return None, f"the latest checkpoint covers {size} records, not yet #{seq}"
+        proof = api.ok(f"/streams/{stream}/proof/inclusion",
+                       {"seq": seq, "tree_size": size}).json()
+        texts = list(args.witness_key) or [t for t in env.get("EVIDENCE_WITNESS_KEYS", "")
+                                           .replace(",", "\n").splitlines()]
+        keys = []
+        for item in texts:
+            item = item.strip()
+            if not item:
+                continue
+            lines = [item] if "+" in item and not os.path.exists(item) else \
+                open(item, encoding="utf-8").read().splitlines()
+            keys += [parse_vkey(t.strip()) for t in lines if t.strip()]
+        return TreeProof(note, size, [bytes.fromhex(h) for h in proof["hashes"]], key,
+                         tuple(keys)), None
+    except CliError as e:
+        return None, str(e)
+    except (OSError, ValueError, KeyError, NoteError) as e:
+        return None, f"{type(e).__name__}: {e}"
 
 
 def run(args: argparse.Namespace) -> int:
     from cli.audit import _stack_env
     from audit.errors import AuditError
-    from audit.export import build_export
+    from audit.export import Erased, build_export
     from audit.kafka_log import fetch_message
-    from audit.projection_db import locate
+    from audit.projection_db import erasure_of, locate
     from evidence_contract import split_record, valid_stream_id
     from topics import TopicSettings
 
@@ -58,14 +111,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"evidence export: cannot run: {e}", file=sys.stderr)
         return 1
     _body, record = split_record(message)
+    erased = None
+    if record["body"].get("encryption") is not None:
+        try:
+            found = erasure_of(db, args.stream, args.seq,
+                               env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"))
+        except AuditError as e:
+            print(f"evidence export: cannot run: {e}", file=sys.stderr)
+            return 1
+        erased = None if found is None else Erased(*found)
     if (record["body"]["stream"], record["seal"]["seq"]) != (args.stream, args.seq):
         print(f"evidence export: the log message at {where} is not {args.stream} #{args.seq}: "
               "the projection is stale or altered; run `evidence audit`", file=sys.stderr)
         return 1
-    files, checks = build_export(message, *where)
+    proof, why = (None, "--no-proof") if args.no_proof else _proof(args, env, args.stream,
+                                                                     args.seq)
+    from evidence_contract.merkle import ProofError
+    from evidence_contract.note import NoteError
+
+    try:
+        files, checks = build_export(message, *where, proof, erased)
+    except (ProofError, NoteError, ValueError) as e:
+        print(f"evidence export: the log's checkpoint or proof for {args.stream} #{args.seq} "
+              f"does not verify: {e}", file=sys.stderr)
+        return 1
+    if proof is None:
+        print(f"evidence export: no inclusion proof in this export: {why}", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         (args.out / name).write_bytes(data)
     print(f"wrote {len(files)} files to {args.out}; {len(checks)} checks in "
-          f"{args.out / 'VERIFY.md'}")
+          f"{args.out / 'VERIFY.md'}"
+          + (f"; the record's content was erased (request {erased.request_id})"
+             if erased is not None else ""))
     return 0

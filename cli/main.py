@@ -52,7 +52,13 @@ SUBCOMMAND_MODULES = {
     "replay": "cli.replay",
     "audit": "cli.audit",
     "export": "cli.export",
+    "checkpoint": "cli.checkpoint",
+    "prove": "cli.prove",
+    "witness": "cli.witness",
+    "verify": "cli.verify",
     "harness": "cli.harness",
+    "retention": "cli.retention",
+    "erase": "cli.erase",
     "fidelity": "fidelity.cli",
     "demo": "cli.demo",
 }
@@ -82,6 +88,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+GC_TUNED = frozenset({"writer", "projector", "projections"})
+"""The commands whose process runs with ``server.runtime.tune_gc``: the services and the
+rebuild, which allocate per record at tens of thousands of records a second."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="evidence", description="evidence-store: the evidence layer for LLM calls")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -89,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, (help_text, add_args, _run) in commands.items():
         add_args(sub.add_parser(name, help=help_text, description=help_text))
     args = parser.parse_args(argv)
+    if argv is None and args.command in GC_TUNED:
+        # A process of its own (the console script, ``python -m cli.main``), not a caller
+        # that passes argv (a test, an embedding program): the collector is the process's.
+        from server.runtime import tune_gc
+
+        tune_gc()
     try:
         return commands[args.command][2](args)
     except EvidenceError as e:

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.down(clean=args.clean)
         else:
             for name, state in stack.status():
-                print(f"{name:<10} {state}")
+                print(f"{name:<12} {state}")
     except StackError as e:
         print(f"devstack: {e}", file=sys.stderr)
         return 1

@@ -97,12 +97,23 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie still answers kill(0); it is not running.
+    # A zombie still answers kill(0); it is not running. A killed multi-threaded process (the
+    # JVM) shows its leader as a zombie while other threads still exit and hold its files, its
+    # listening sockets among them: it runs until every thread is gone.
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return True
+        tasks = [str(pid)]
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().split(") ", 1)[1][:1] != "Z":
+                    return True
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return True
+    return False
 
 
 def read_pid(path: Path) -> int | None:

@@ -20,6 +20,7 @@ from devstack.procs import (
     apt_install,
     log,
     port_open,
+    port_released,
     start_detached,
     stop_pid_file,
     tail,
@@ -111,7 +112,11 @@ def _format(cfg: StackConfig, libs: Path, props: Path) -> None:
     data = cfg.kafka_dir / "data"
     if (data / "meta.properties").exists():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # As Kafka's own Uuid.randomUuid: never one that starts with "-", which the storage
+    # tool's command line would take for an option (1 in 64 random ids did).
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     log(f"formatting KRaft storage in {data} (cluster {cluster_id})")
     fmt_log = cfg.kafka_dir / "format.log"
     with open(fmt_log, "w") as out:
@@ -132,7 +137,8 @@ def start(cfg: StackConfig) -> str:
     if pid is not None and pid_alive(pid):
         _wait_ready(cfg, pid)
         return "running"
-    if port_open(cfg.kafka_port):
+    # A broker of ours that died (pid recorded) may hold its port a moment longer.
+    if port_open(cfg.kafka_port) and not (pid is not None and port_released(cfg.kafka_port)):
         raise StackError(
             f"port {cfg.kafka_port} is taken by a process this stack did not start; "
             f"stop it or set EVIDENCE_KAFKA_PORT")

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from devstack.config import StackConfig, StackError
-from devstack.procs import apt_install, log, port_open, wait_until
+from devstack.procs import apt_install, log, port_open, port_released, wait_until
 
 READY_TIMEOUT = float(os.environ.get("EVIDENCE_POSTGRES_READY_TIMEOUT", "60"))
 
@@ -123,7 +123,9 @@ def start(cfg: StackConfig) -> str:
                       capture_output=True).returncode == 0:
         state = "running"
     else:
-        if port_open(cfg.postgres_port):
+        # A server of ours that crashed (its data directory is here) may hold the port a
+        # moment longer.
+        if port_open(cfg.postgres_port) and not port_released(cfg.postgres_port):
             raise StackError(
                 f"port {cfg.postgres_port} is taken by a process this stack did not start; "
                 f"stop it or set EVIDENCE_POSTGRES_PORT")

@@ -28,9 +28,25 @@ def tail(path: Path, lines: int = 15) -> str:
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``host:port``. A connect to a free port in the ephemeral
+    range can land on itself (TCP simultaneous open, when the kernel picks that very port as
+    the source): such a socket is its own peer and means nothing listens."""
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
+        if s.connect_ex((host, port)) != 0:
+            return False
+        return s.getsockname() != s.getpeername()
+
+
+def port_released(port: int, timeout: float = 15.0) -> bool:
+    """Whether ``port`` stops listening within ``timeout``: a server killed a moment ago can hold
+    its socket until the kernel has torn the last of its threads down."""
+    deadline = time.monotonic() + timeout
+    while port_open(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def start_detached(cmd: list[str], log_file: Path, pid_file: Path,

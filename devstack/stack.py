@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import time
+
+from evidence_contract.tlog import DEFAULT_LOG_NAME
 
 from devstack import kafka, postgres, services
 from devstack.config import StackConfig, pid_alive, read_pid
@@ -26,8 +29,48 @@ def read_env(cfg: StackConfig) -> dict[str, str]:
     return env
 
 
+def _log_keys(cfg: StackConfig, name: str) -> tuple[str, str]:
+    """The log's signer and verifier key files under ``.stack/``, made on the first ``up``
+    (the signer 0600: the writer refuses a key others can read). Kept across ``up``s, as a
+    log's key must be: ``make down CLEAN=1`` removes them with everything else."""
+    from evidence_contract.note import format_skey, format_vkey, generate_signer, parse_skey
+
+    signer, verifier = cfg.stack / "log.skey", cfg.stack / "log.vkey"
+    cfg.stack.mkdir(parents=True, exist_ok=True)
+    if signer.exists():
+        key = parse_skey(signer.read_text().strip())
+        if key.name != name:
+            raise SystemExit(f"{signer} is the key of log {key.name!r}, not {name!r}: set "
+                             f"EVIDENCE_LOG_NAME={key.name} or remove the key")
+    else:
+        key = generate_signer(name)
+        fd = os.open(signer, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(format_skey(key) + "\n")
+    signer.chmod(0o600)
+    verifier.write_text(format_vkey(key.verifier) + "\n")
+    return str(signer), str(verifier)
+
+
+def _kek(cfg: StackConfig) -> str:
+    """The local stack's key-encryption key file (``.stack/kek``, 0600, 64 hex digits), made
+    on the first ``up`` and kept, like the log key: the data keys in ``.stack/keys`` are
+    wrapped by it. ``make down CLEAN=1`` removes both."""
+    path = cfg.stack / "kek"
+    cfg.stack.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
 def _write_env(cfg: StackConfig) -> dict[str, str]:
     previous = read_env(cfg)
+    log_name = os.environ.get("EVIDENCE_LOG_NAME") or previous.get("EVIDENCE_LOG_NAME") \
+        or DEFAULT_LOG_NAME
+    signer, verifier = _log_keys(cfg, log_name)
     env = {
         "EVIDENCE_KAFKA_BOOTSTRAP": cfg.bootstrap,
         "EVIDENCE_DATABASE_URL": cfg.database_url,
@@ -36,6 +79,14 @@ def _write_env(cfg: StackConfig) -> dict[str, str]:
         "EVIDENCE_API_KEY": previous.get("EVIDENCE_API_KEY") or "dev-" + secrets.token_hex(16),
         "EVIDENCE_API_KEY_STREAMS": previous.get("EVIDENCE_API_KEY_STREAMS", "*"),
         "EVIDENCE_TOPIC_PREFIX": "evidence",
+        # The log's signing key (the writer signs checkpoints with it) and its verifier key.
+        "EVIDENCE_LOG_NAME": log_name,
+        "EVIDENCE_LOG_SIGNING_KEY_FILE": signer,
+        "EVIDENCE_LOG_VERIFIER_KEY_FILE": verifier,
+        # The key store of per-subject data keys (docs/erasure.md) and the KEK wrapping them:
+        # gateways with content_policy="encrypt", `evidence erase` and POST /admin/erasures.
+        "EVIDENCE_KEY_STORE": f"file:{cfg.stack / 'keys'}",
+        "EVIDENCE_KEK_FILE": _kek(cfg),
     }
     cfg.stack.mkdir(parents=True, exist_ok=True)
     text = "# written by `make up`; `source .stack/env` to use the stack from a shell\n"
@@ -68,8 +119,8 @@ def up(cfg: StackConfig | None = None, with_services: bool = True) -> dict[str, 
     print()
     print(f"evidence-store stack is up ({elapsed:.1f} s):")
     for name, state in rows:
-        print(f"  {name:<10} {state}")
-    print(f"  {'env':<10} {cfg.env_file}")
+        print(f"  {name:<12} {state}")
+    print(f"  {'env':<12} {cfg.env_file}")
     print()
     print("Try next:")
     print("  source .stack/env              # EVIDENCE_KAFKA_BOOTSTRAP, EVIDENCE_DATABASE_URL, ...")

@@ -10,6 +10,12 @@
 
 A hash-only record (request bytes not kept) cannot reconstruct its input: the analyzer says so
 for both. ``record`` is a mapping with the columns of the ``records`` view.
+
+An encrypted record (``key_id`` set) holds envelopes, not values: its input is a ``hash``
+(the keyed content key) and its parameters ``unavailable`` to the analyzer, and the log
+cannot serve its response verbatim without the subject's key. An *erased* one (``erased``
+true: its key destroyed) is the same, for good: nothing of its content is evidence any more
+but the commitments and the chain.
 """
 
 from __future__ import annotations
@@ -36,8 +42,13 @@ def _bytes_value(b: bytes) -> dict[str, Any]:
         return _value({"base64": base64.b64encode(bytes(b)).decode()})
 
 
+def _sealed(record: Mapping[str, Any]) -> bool:
+    """The record's content is envelopes (encrypted), or gone (erased)."""
+    return record.get("key_id") is not None or bool(record.get("erased"))
+
+
 def _input(record: Mapping[str, Any]) -> dict[str, Any]:
-    if record.get("request_bytes") is not None:
+    if record.get("request_bytes") is not None and not _sealed(record):
         return _bytes_value(record["request_bytes"])
     # Hash-only policy: the content key commits to the bytes but cannot give them back.
     return {"state": "hash", "sha256": bytes(record["content_key"]).hex()}
@@ -61,7 +72,7 @@ def _seed(v: Any) -> str | None:
 
 
 def _common_model(record: Mapping[str, Any]) -> dict[str, Any]:
-    params = record.get("params")
+    params = None if _sealed(record) else record.get("params")
     seed = _seed(record.get("seed"))
     return {
         "input": _input(record),
@@ -100,13 +111,20 @@ def _manifest(record: Mapping[str, Any], determinism: dict[str, Any],
 
 
 def manifests_for_record(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    has_response = record.get("response_bytes") is not None
+    has_response = record.get("response_bytes") is not None and not record.get("erased")
+    if record.get("erased"):
+        basis = ("the record's content was erased (its key destroyed): its response can no "
+                 "longer be served")
+    elif has_response and record.get("key_id") is not None:
+        basis = ("the response is sealed under the subject's key: served verbatim from the "
+                 "log by a Replayer that holds the key; nothing is re-executed")
+    elif has_response:
+        basis = "the verbatim response bytes are served from the log; nothing is re-executed"
+    else:
+        basis = f"no response bytes were recorded (outcome {record.get('outcome')})"
     log = _manifest(
         record,
-        {"guaranteed": has_response,
-         "basis": ("the verbatim response bytes are served from the log; nothing is re-executed"
-                   if has_response else
-                   f"no response bytes were recorded (outcome {record.get('outcome')})")},
+        {"guaranteed": has_response, "basis": basis},
         # The replay transport has no network path: every dimension is isolated.
         {"network": "isolated", "filesystem": "isolated", "external_services": "isolated",
          "side_effects": "isolated"},

@@ -11,7 +11,9 @@
 Modules, from the outside in:
 
     recorder   Recorder (clients, lifecycle, routing to Kafka or the spools), Metrics, LIBRARY
-    context    stream() and call_context(): per-call stream and application context
+    context    stream() and call_context(): per-call stream, subject and application context
+    keystore   FileKeyStore, load_kek: per-subject data keys in local files (content_policy
+               "encrypt"; the sealing itself needs the [encrypt] extra)
     replay     Replayer: clients that answer from the evidence API and never call out
     transport  capture transports for httpx2 and httpx: the one network seam
     capture    Exchange and build_event: an HTTP exchange -> CaptureEvent dict (pure)
@@ -19,6 +21,7 @@ Modules, from the outside in:
     adapters   provider detection and field extraction per wire format (pure)
     producer   IntakeProducer and error classes: the only module importing confluent_kafka
     spool      Spool: the local durable append-only spool, one per process; orphan adoption
+    exposition the Recorder's counters as Prometheus metrics, for the embedding service
     errors     GatewayError and its subclasses, under evidence_contract.EvidenceError
 """
 
@@ -35,7 +38,7 @@ from .errors import (
     SpoolLockedError,
 )
 from .recorder import LIBRARY, Metrics, Recorder
-from .replay import ReplayError, ReplayMiss, Replayer
+from .replay import ReplayErased, ReplayError, ReplayMiss, Replayer
 from .sizing import DEFAULT_MAX_VERBATIM_BYTES
 from .spool import Spool, SpoolEntry
 from .transport import transport_classes
@@ -55,6 +58,7 @@ __all__ = [
     "QueueFull",
     "Recorder",
     "RecorderUnavailable",
+    "ReplayErased",
     "ReplayError",
     "ReplayMiss",
     "Replayer",

@@ -12,6 +12,10 @@ any byte is sent); :func:`build_event` turns it into the ``CaptureEvent`` dict t
 
 ``output_digest`` is only set for COMMITTED: a partial text is not what a re-execution is
 compared against.
+
+``digests`` is what computes the record's digests: the plain SHA-256 functions of
+``evidence_contract.digests`` by default, or a subject's ``SubjectKeys`` (keyed commitments)
+for a capture the Recorder then seals (content policy ``encrypt``).
 """
 
 from __future__ import annotations
@@ -21,14 +25,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidence_contract import (
-    SCHEMA_VERSION,
-    chunk_digest,
-    input_digest,
-    output_digest,
-    prompt_digest,
-    response_digest,
-)
+from evidence_contract import SCHEMA_VERSION
+from evidence_contract import digests as plain_digests
 
 from . import adapters
 
@@ -109,25 +107,31 @@ def _complete(ex: Exchange, kind: str | None, body: bytes) -> bool:
     return ex.streamed and adapters.stream_complete(kind, body)
 
 
-def _call_context(call: Any, keep: bool) -> dict[str, Any]:
+def _call_context(call: Any, keep: bool, d: Any) -> dict[str, Any]:
     """The record's fields from the application's :class:`~.context.CallContext`: digests
     always, the bytes only when the request policy keeps values."""
     if call is None:
         return {"input_digest": None, "input_bytes": None, "prompt_digest": None,
                 "prompt_bytes": None, "retrieval": []}
     return {
-        "input_digest": input_digest(call.input) if call.input is not None else None,
+        "input_digest": d.input_digest(call.input) if call.input is not None else None,
         "input_bytes": call.input if keep else None,
-        "prompt_digest": prompt_digest(call.prompt) if call.prompt is not None else None,
+        "prompt_digest": d.prompt_digest(call.prompt) if call.prompt is not None else None,
         "prompt_bytes": call.prompt if keep else None,
         "retrieval": [{"doc_id": c.doc_id, "doc_version": c.doc_version,
-                       "chunk_digest": chunk_digest(c.data),
+                       "chunk_digest": d.chunk_digest(c.data),
                        "chunk_bytes": c.data if keep else None} for c in call.retrieval],
     }
 
 
-def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> dict[str, Any]:
-    """Return the CaptureEvent dict for ``ex``; ``ex`` must be finished (``finished_at`` set)."""
+def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
+                digests: Any = None) -> dict[str, Any]:
+    """Return the CaptureEvent dict for ``ex``; ``ex`` must be finished (``finished_at`` set).
+
+    ``digests``: the digest functions (module docstring); ``ex.content_key`` is the plain
+    one, computed before the call, and is replaced by ``digests.content_key`` when given.
+    """
+    d = plain_digests if digests is None else digests
     route = adapters.detect(ex.host, ex.path, ex.request_headers, ex.query)
     req = adapters.parse_request(route.kind, ex.request_bytes)
     facts = adapters.ResponseFacts()
@@ -152,17 +156,17 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> 
         if response_bytes is not None:
             facts = adapters.parse_response(route.kind, response_bytes, ex.streamed)
         if outcome == "COMMITTED" and facts.output_text is not None:
-            out_digest = output_digest(facts.output_text)
+            out_digest = d.output_digest(facts.output_text)
     finished = ex.finished_at if ex.finished_at is not None else ex.started_at
     return {
         "schema_version": SCHEMA_VERSION,
         "event_id": event_id,
         "stream": ex.stream,
         "captured_at": finished,
-        "content_key": ex.content_key,
+        "content_key": ex.content_key if digests is None else d.content_key(ex.request_bytes),
         "request_bytes": ex.request_bytes if ex.request_policy == VALUE else None,
         "request_length": len(ex.request_bytes),
-        **_call_context(ex.call, keep=ex.request_policy == VALUE),
+        **_call_context(ex.call, keep=ex.request_policy == VALUE, d=d),
         "provider": {"name": route.provider, "endpoint": ex.url, "api_version": route.api_version},
         "model_id": req.model_id,
         "params": req.params,
@@ -172,7 +176,7 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> 
         "response_content_type": ex.content_type,
         "response_bytes": response_bytes,
         "response_length": len(response_bytes) if response_bytes is not None else None,
-        "response_digest": response_digest(response_bytes) if response_bytes is not None else None,
+        "response_digest": d.response_digest(response_bytes) if response_bytes is not None else None,
         "output_digest": out_digest,
         "error_bytes": error_bytes,
         "outcome": outcome,
@@ -192,4 +196,5 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None) -> 
             "started_at": ex.started_at,
             "duration_us": ex.duration_us,
         },
+        "encryption": None,  # the recorder's encrypt policy seals the capture afterwards
     }

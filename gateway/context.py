@@ -15,6 +15,11 @@ The capture transport reads them once, when the request starts. The gateway comp
 ``input_digest`` (0x02), ``prompt_digest`` (0x03) and each ``chunk_digest`` (0x06) over the
 bytes given (``str`` is taken as its UTF-8) and, under request policy VALUE, keeps the bytes
 too; under HASH_ONLY only the digests leave the process.
+
+``subject`` names whose content the call carries (an end user's pseudonymous id), for a
+Recorder whose content policy is ``encrypt``: the call is sealed under that subject's data
+key, so erasing the subject shreds exactly that person's captures. Without it the subject is
+the call's stream. Use an opaque id, never an e-mail address: the key store keeps it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from evidence_contract import valid_stream_id
+from evidence_contract.keys import valid_subject
 
 from .errors import ConfigError
 
@@ -66,6 +72,7 @@ class CallContext:
     input: bytes | None = None
     prompt: bytes | None = None
     retrieval: tuple[Chunk, ...] = ()
+    subject: str | None = None
 
 
 _STREAM: contextvars.ContextVar[str | None] = contextvars.ContextVar("evidence_stream",
@@ -88,14 +95,17 @@ def stream(stream_id: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def call_context(*, input: bytes | str | None = None, prompt: bytes | str | None = None,
-                 retrieval: Iterable[Chunk] = ()) -> Iterator[CallContext]:
-    """Attach the end-user input, the rendered prompt and the retrieved chunks to the calls
-    made inside the block (normally one)."""
+                 retrieval: Iterable[Chunk] = (),
+                 subject: str | None = None) -> Iterator[CallContext]:
+    """Attach the end-user input, the rendered prompt, the retrieved chunks and the data
+    subject to the calls made inside the block (normally one)."""
     chunks = tuple(retrieval)
     for c in chunks:
         if not isinstance(c, Chunk):
             raise ConfigError(f"retrieval items must be Chunk, not {type(c).__name__}")
-    ctx = CallContext(_as_bytes("input", input), _as_bytes("prompt", prompt), chunks)
+    if subject is not None and not valid_subject(subject):
+        raise ConfigError(f"subject {subject!r} is not a subject id (1 to 256 bytes, printable)")
+    ctx = CallContext(_as_bytes("input", input), _as_bytes("prompt", prompt), chunks, subject)
     token = _CALL.set(ctx)
     try:
         yield ctx

@@ -52,6 +52,19 @@ reason. Both are counted (``truncated``, ``undeliverable``) and logged with the 
 ``close()`` delivers what it can within ``close_timeout``, then purges the producer and
 closes the spool: anything not acknowledged stays there, an orphan for the next Recorder on
 the same spool root; an empty spool is removed.
+
+Content policy. ``content_policy="plain"`` (the default) records content as it is, with
+plain SHA-256 digests. ``content_policy="encrypt"`` with a ``key_store``
+(``evidence_contract.keys.KeyStore``, e.g. ``evidence_client.keystore.FileKeyStore``) seals
+every content field of every capture under its subject's data key (the call context's
+``subject``, else the call's stream) on the sender thread, before the capture is written to
+the spool or produced: the spool, the undeliverable folder and Kafka only ever hold
+envelopes, and the record's digests are keyed commitments (``docs/erasure.md``). Keys are
+cached per subject and stream for ``key_cache_s`` seconds, so a subject erased elsewhere gets
+a new key within that time, and never past the end of the key's epoch (a key is per subject
+*per epoch*: content of a new day or month goes under that epoch's key, which retention can
+shred on its own); the stream is passed to the store, which records it on the key. A capture whose key the store cannot give is dropped and counted
+(``failed``), never sent in the clear. Log lines never carry a plain content key then.
 """
 
 from __future__ import annotations
@@ -68,9 +81,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from evidence_contract import decode, encode, new_event_id, valid_stream_id
+from evidence_contract import decode, encode, new_event_id, now_micros, valid_stream_id
 from evidence_contract.topics import TopicNames
 
 from .capture import HASH_ONLY, VALUE, Exchange, build_event
@@ -81,13 +94,19 @@ from .sizing import DEFAULT_MAX_VERBATIM_BYTES, apply_size_policy, truncate
 from .spool import Spool, claim_orphans, keep_undeliverable, new_spool
 from .transport import FLAVORS, transport_classes
 
-__all__ = ["LIBRARY", "Metrics", "Recorder"]
+__all__ = ["CONTENT_POLICIES", "ENCRYPT", "LIBRARY", "Metrics", "PLAIN", "Recorder"]
 
 log = logging.getLogger(__name__)
 
 LIBRARY = f"evidence-store-client/{version('evidence-store-client')}"
 """``capture.library`` of every record this gateway makes."""
 
+PLAIN = "plain"
+ENCRYPT = "encrypt"
+CONTENT_POLICIES = (PLAIN, ENCRYPT)
+"""``Recorder(content_policy=...)``: record content as it is, or sealed per subject."""
+
+_KEY_CACHE_MAX = 10_000
 _RESEND_BATCH = 500
 _TAKE_BATCH = 1000
 _ACK_INTERVAL_S = 0.1
@@ -237,6 +256,10 @@ class Recorder:
         close_timeout: float = 30.0,
         producer_config: dict[str, Any] | None = None,
         host: str | None = None,
+        content_policy: str = PLAIN,
+        key_store: Any = None,
+        key_cache_s: float = 60.0,
+        key_clock: Callable[[], int] = now_micros,
     ) -> None:
         bootstrap = bootstrap_servers or os.environ.get("EVIDENCE_KAFKA_BOOTSTRAP")
         if not bootstrap:
@@ -257,6 +280,25 @@ class Recorder:
             raise ConfigError("close_timeout must be >= 0")
         if orphan_scan_s <= 0:
             raise ConfigError("orphan_scan_s must be > 0")
+        if content_policy not in CONTENT_POLICIES:
+            raise ConfigError(f"content_policy must be one of {CONTENT_POLICIES}, "
+                              f"not {content_policy!r}")
+        if content_policy == ENCRYPT:
+            if key_store is None:
+                raise ConfigError("content_policy='encrypt' needs a key_store")
+            try:
+                from evidence_contract import sealing  # noqa: F401 - needs the extra
+            except ImportError as e:
+                raise ConfigError("content_policy='encrypt' needs the [encrypt] extra "
+                                  f"(cryptography): {e}") from e
+        if key_cache_s < 0:
+            raise ConfigError("key_cache_s must be >= 0")
+        self.content_policy: str = content_policy
+        self.key_store = key_store
+        self.key_cache_s = key_cache_s
+        # (subject, stream) -> (SubjectKeys, fetched at (monotonic), epoch end (UTC µs) or None)
+        self._keys: dict[tuple[str, str], tuple[Any, float, int | None]] = {}
+        self._key_clock = key_clock  # UTC µs, for the epoch's end (tests pass a fake one)
         self.stream: str | None = stream
         self.request_policy: str = policy
         self.topic: str = TopicNames(prefix).intake
@@ -465,11 +507,11 @@ class Recorder:
             self.metrics.add("failed")
             durable.set()
             log.error("capture dropped: %d captures already wait to be sent (max_pending); "
-                      "content_key=%s", self._queue.maxsize, exchange.content_key.hex())
+                      "content_key=%s", self._queue.maxsize, self._key_text(exchange))
         except Exception as e:  # noqa: BLE001 - includes a start() failure
             self.metrics.add("failed")
             durable.set()
-            log.error("capture dropped (content_key=%s): %s", exchange.content_key.hex(), e)
+            log.error("capture dropped (content_key=%s): %s", self._key_text(exchange), e)
         return durable
 
     # -- sender thread ---------------------------------------------------------------------
@@ -522,19 +564,54 @@ class Recorder:
             durable.set()
         return len(batch)
 
+    def _key_text(self, ex: Exchange) -> str:
+        # A plain content key of sealed content would let a log reader confirm a guess.
+        return "(sealed)" if self.content_policy == ENCRYPT else ex.content_key.hex()
+
+    def _subject_keys(self, subject: str, stream: str) -> Any:
+        """The subject's SubjectKeys, from the cache or the key store (sender thread only).
+        A cached key is served for ``key_cache_s`` at most and never once its epoch has
+        ended: new content must go under the new epoch's key, or retention would shred it
+        with the old epoch's."""
+        from evidence_contract.sealing import SubjectKeys
+
+        now = time.monotonic()
+        hit = self._keys.get((subject, stream))
+        if (hit is not None and now - hit[1] < self.key_cache_s
+                and (hit[2] is None or self._key_clock() < hit[2])):
+            return hit[0]
+        key = self.key_store.data_key(subject, stream=stream)
+        keys = SubjectKeys(key.key_id, key.material)
+        if len(self._keys) >= _KEY_CACHE_MAX:
+            self._keys.clear()
+        self._keys[(subject, stream)] = (keys, now, getattr(key, "expires_at", None))
+        return keys
+
+    def _build(self, ex: Exchange, event_id: str) -> dict[str, Any]:
+        """The capture as it leaves the process: sized, and sealed under ``encrypt``."""
+        if self.content_policy != ENCRYPT:
+            return apply_size_policy(build_event(ex, event_id, LIBRARY, self.host),
+                                     self.max_verbatim_bytes)
+        from evidence_contract.sealing import seal_body
+
+        call = ex.call
+        keys = self._subject_keys(call.subject if call is not None and call.subject
+                                  else ex.stream, ex.stream)
+        event = build_event(ex, event_id, LIBRARY, self.host, digests=keys)
+        return seal_body(apply_size_policy(event, self.max_verbatim_bytes, to_seal=True), keys)
+
     def _encode(self, ex: Exchange) -> _Tracked | None:
         event_id = new_event_id()
         try:
-            event = build_event(ex, event_id, LIBRARY, self.host)
-            sized = apply_size_policy(event, self.max_verbatim_bytes)
+            sized = self._build(ex, event_id)
             value = encode("CaptureEvent", sized)
         except Exception:  # noqa: BLE001 - a gateway bug, not the application's problem
             self.metrics.add("failed")
             log.exception("capture %s could not be encoded and is dropped (content_key=%s)",
-                          event_id, ex.content_key.hex())
+                          event_id, self._key_text(ex))
             return None
         self.metrics.add("captured")
-        if sized is not event:
+        if sized["capture"]["truncated"]:
             self.metrics.add("truncated")
             log.warning("capture %s is larger than max_verbatim_bytes=%d: sealed truncated "
                         "(digests and lengths only)", event_id, self.max_verbatim_bytes)

@@ -25,18 +25,35 @@ one recording.
 Each async client gets its own connection to the API, opened on first use in the event loop
 that uses it and closed with the client (``await client.aclose()``, or the SDK's
 ``close()``), so a Replayer can serve several event loops one after another.
+
+Encrypted streams (``Replayer(..., key_store=store)``, the Recorder's ``content_policy=
+"encrypt"``): a record's ``content_key`` is then a keyed commitment, so the transport takes
+the call's subject (``call_context(subject=...)``, else the stream: ``stream()``'s, else the
+Replayer's), asks the key store for that subject's keys and computes the keyed content key
+with each live one, newest first, and opens the answer's ``response_bytes`` envelope with the
+key (associated data: the ``Evidence-Stream`` and ``Evidence-Event-Id`` headers and the field
+``response_bytes``). The application gets the plaintext bytes, as recorded. Replay never
+creates a key: a subject the store has never seen is a miss.
+
+Erased content raises :class:`ReplayErased` (a ``ReplayError``) with ``erased_at`` and the
+erasure's ``request_id``: when the API answers 410 ``erased`` for the record, when the key
+store says the key that sealed it was erased, and when none of the subject's live keys finds
+a recording but the subject has erased keys, whose recordings nobody can look up any more
+(the keyed content key needs the key); such a miss is reported as erased, since it may be.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from evidence_contract import content_key
 
-from .errors import GatewayError
+from .context import current_call, current_stream
+from .errors import ConfigError, GatewayError
 
-__all__ = ["ReplayError", "ReplayMiss", "Replayer"]
+__all__ = ["ReplayErased", "ReplayError", "ReplayMiss", "Replayer"]
 
 # Headers of the evidence API's answer passed on to the application with the recorded bytes.
 _PASS_HEADERS = ("content-type", "evidence-stream", "evidence-seq", "evidence-record-digest",
@@ -56,6 +73,35 @@ class ReplayMiss(ReplayError, LookupError):
                          f"(content_key {key_hex}){why}; replay never calls the provider")
 
 
+class ReplayErased(ReplayError, LookupError):
+    """The recorded content was erased (its subject's key destroyed): it cannot be replayed,
+    by anyone, ever. ``erased_at`` (µs since the epoch) and ``request_id`` name the erasure
+    when known."""
+
+    def __init__(self, method: str, url: str, erased_at: int | None = None,
+                 request_id: str | None = None, subject: str | None = None,
+                 content_key: str | None = None) -> None:
+        self.erased_at, self.request_id = erased_at, request_id
+        self.subject, self.content_key = subject, content_key
+        when = f" at {erased_at} (µs since the epoch)" if erased_at is not None else ""
+        under = f" under request {request_id}" if request_id else ""
+        whose = f" of subject {subject!r}" if subject else ""
+        super().__init__(f"the recorded response for {method} {url} was erased{when}{under}"
+                         f"{whose}: the key that sealed it is destroyed; replay never calls "
+                         f"the provider")
+
+
+def _erased_answer(api_response: Any) -> dict[str, Any] | None:
+    """The body of a 410 with the evidence API's JSON ``erased`` error, else None."""
+    if api_response.status_code != 410:
+        return None
+    try:
+        doc = api_response.json()
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("error") == "erased" else None
+
+
 def _lookup(request: Any, body: bytes) -> tuple[str, str]:
     key_hex = content_key(body).hex()
     if not body:
@@ -73,33 +119,83 @@ def _is_miss(api_response: Any) -> bool:
         return False
 
 
-def _answer(mod: Any, api_response: Any, key_hex: str, request: Any) -> Any:
+def _answer(mod: Any, api_response: Any, key_hex: str, request: Any, keys: Any = None) -> Any:
+    """``api_response`` as the application's response; with ``keys`` (a SubjectKeys) the
+    recorded bytes are an envelope, opened here."""
     if api_response.status_code == 404 and _is_miss(api_response):
         raise ReplayMiss(key_hex, request.method, str(request.url))
+    erased = _erased_answer(api_response)
+    if erased is not None:
+        at = erased.get("erased_at")
+        raise ReplayErased(request.method, str(request.url),
+                           at if isinstance(at, int) and not isinstance(at, bool) else None,
+                           erased.get("request_id") if isinstance(erased.get("request_id"),
+                                                                  str) else None,
+                           content_key=key_hex)
     if api_response.status_code != 200:
         raise ReplayError(f"evidence API at {api_response.url.copy_with(path='/')} answered "
                           f"{api_response.status_code} for /replay/{key_hex} (is api_url the "
                           f"evidence API, and is the key valid?): {api_response.text[:300]}")
     headers = [(k, v) for k, v in api_response.headers.items() if k.lower() in _PASS_HEADERS]
-    return mod.Response(200, headers=headers, content=api_response.content, request=request)
+    content = api_response.content
+    if keys is not None:
+        from evidence_contract.sealing import OpenError
+
+        try:
+            content = keys.open(content, api_response.headers.get("evidence-stream", ""),
+                                api_response.headers.get("evidence-event-id", ""),
+                                "response_bytes")
+        except OpenError as e:
+            raise ReplayError(f"the recorded response for /replay/{key_hex} does not open with "
+                              f"key {keys.key_id}: {e}") from None
+    return mod.Response(200, headers=headers, content=content, request=request)
+
+
+class _Sealed:
+    """The keys the Replayer tries for one request of an encrypted stream."""
+
+    __slots__ = ("subject", "live", "erased")
+
+    def __init__(self, subject: str, live: list[Any], erased: list[Any]) -> None:
+        self.subject = subject
+        self.live = live        # SubjectKeys, newest first
+        self.erased = erased    # SubjectState of the subject's erased keys, latest first
 
 
 class Replayer:
     """Clients that replay recorded responses from the evidence API.
 
-    ``stream`` limits lookups to one stream. Construction does no I/O: the sync API client is
-    created on first use (shared by every sync client, it is thread-safe) and let go in
-    :meth:`close`; each async client owns its API client (see the module docstring).
+    ``stream`` limits lookups to one stream (and is the default subject of an encrypted
+    stream). ``key_store`` (an ``evidence_contract.keys.KeyStore``) replays encrypted
+    streams: see the module docstring; a subject's key list is cached for ``key_cache_s``
+    seconds, the keys themselves for the Replayer's life (a key never changes, it is only
+    destroyed, and a destroyed key is found by the API or by the next listing).
+    Construction does no I/O: the sync API client is created on first use (shared by every
+    sync client, it is thread-safe) and let go in :meth:`close`; each async client owns its
+    API client (see the module docstring).
     """
 
     def __init__(self, api_url: str, api_key: str, *, stream: str | None = None,
-                 timeout: float = 10.0):
+                 timeout: float = 10.0, key_store: Any = None, key_cache_s: float = 5.0):
+        if key_store is not None:
+            try:
+                from evidence_contract import sealing  # noqa: F401 - needs the [encrypt] extra
+            except ImportError as e:
+                raise ConfigError("Replayer(key_store=...) needs the [encrypt] extra "
+                                  "(the cryptography package)") from e
+        if key_cache_s < 0:
+            raise ConfigError(f"key_cache_s must be >= 0, not {key_cache_s!r}")
         self.api_url = api_url.rstrip("/")
+        self.stream = stream
+        self.key_store = key_store
+        self._key_cache_s = key_cache_s
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._params = {"stream": stream} if stream else {}
         self._timeout = timeout
         self._lock = threading.Lock()
         self._sync: Any = None
+        self._states: dict[str, tuple[list[Any], float]] = {}  # subject -> (states, listed at)
+        self._subject_keys: dict[str, Any] = {}                 # key id -> SubjectKeys
 
     # The API clients are plain httpx: they only ever reach api_url.
     def _sync_client(self) -> Any:
@@ -117,22 +213,110 @@ class Replayer:
         return httpx.AsyncClient(base_url=self.api_url, headers=self._headers,
                                  timeout=self._timeout)
 
+    # -- encrypted streams ----------------------------------------------------------------
+    def _subject(self) -> str:
+        call = current_call()
+        subject = (call.subject if call is not None and call.subject else None) \
+            or current_stream() or self.stream
+        if subject is None:
+            raise ReplayError("replaying an encrypted stream needs the call's subject: "
+                              "call_context(subject=...), stream(...) or Replayer(stream=...)")
+        return subject
+
+    def _sealed(self, subject: str) -> _Sealed:
+        """The subject's live keys (newest first) and erased ones, from the key store.
+
+        ``subjects()`` rather than ``data_key(subject)``: a lookup must never create a key,
+        and it must see the subject's erased keys (whose recordings are then erased)."""
+        from evidence_contract.keys import ERASED, LIVE, KeyErased, KeyStoreError
+        from evidence_contract.sealing import SubjectKeys
+
+        now = time.monotonic()
+        with self._lock:
+            hit = self._states.get(subject)
+        if hit is None or now - hit[1] > self._key_cache_s:
+            try:
+                states = [s for s in self.key_store.subjects() if s.subject == subject]
+            except KeyStoreError as e:
+                raise ReplayError(f"the key store cannot answer: {e}") from e
+            with self._lock:
+                self._states[subject] = (states, now)
+        else:
+            states = hit[0]
+        live: list[Any] = []
+        erased = sorted((s for s in states if s.state == ERASED),
+                        key=lambda s: s.erased_at or 0, reverse=True)
+        for st in sorted((s for s in states if s.state == LIVE), key=lambda s: s.created_at,
+                         reverse=True):
+            keys = self._subject_keys.get(st.key_id)
+            if keys is None:
+                try:
+                    key = self.key_store.key(st.key_id)
+                except KeyErased as e:  # destroyed since the listing
+                    erased.insert(0, e)
+                    continue
+                except KeyStoreError as e:
+                    raise ReplayError(f"the key store cannot answer: {e}") from e
+                keys = self._subject_keys[st.key_id] = SubjectKeys(key.key_id, key.material)
+            live.append(keys)
+        return _Sealed(subject, live, erased)
+
+    def _plan(self, request: Any, body: bytes) -> tuple[_Sealed | None, list[tuple[str, Any]]]:
+        """What to ask the API: ``[(key_hex, SubjectKeys or None)]``, in order."""
+        if self.key_store is None:
+            key_hex, _ = _lookup(request, body)
+            return None, [(key_hex, None)]
+        if not body:
+            _lookup(request, body)  # raises the miss of a request without a body
+        sealed = self._sealed(self._subject())
+        return sealed, [(keys.content_key(body).hex(), keys) for keys in sealed.live]
+
+    def _no_answer(self, request: Any, body: bytes, sealed: _Sealed | None) -> Exception:
+        """What a miss under every key is: erased if the subject has erased keys."""
+        if sealed is not None and sealed.erased:
+            last = sealed.erased[0]
+            return ReplayErased(request.method, str(request.url), last.erased_at,
+                                last.request_id, subject=sealed.subject)
+        why = (f" under any key of subject {sealed.subject!r}" if sealed is not None
+               and sealed.live else f": the key store has no key of subject "
+               f"{sealed.subject!r}" if sealed is not None else "")
+        return ReplayMiss(content_key(body).hex() if sealed is None or not sealed.live
+                          else sealed.live[0].content_key(body).hex(),
+                          request.method, str(request.url), why)
+
     def fetch(self, request: Any, mod: Any) -> Any:
-        """The recorded answer to ``request`` as a ``mod.Response``; raises ReplayMiss."""
-        key_hex, path = _lookup(request, request.read())
-        try:
-            answer = self._sync_client().get(path, params=self._params)
-        except Exception as e:  # noqa: BLE001 - any transport failure to the API
-            raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
-        return _answer(mod, answer, key_hex, request)
+        """The recorded answer to ``request`` as a ``mod.Response``; raises ReplayMiss
+        (nothing recorded) or ReplayErased (recorded, and erased)."""
+        body = request.read()
+        sealed, plan = self._plan(request, body)
+        for key_hex, keys in plan:
+            try:
+                answer = self._sync_client().get(f"/replay/{key_hex}", params=self._params)
+            except Exception as e:  # noqa: BLE001 - any transport failure to the API
+                raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
+            try:
+                return _answer(mod, answer, key_hex, request, keys)
+            except ReplayMiss:
+                if sealed is None:
+                    raise
+        raise self._no_answer(request, body, sealed)
 
     async def afetch(self, request: Any, mod: Any, api: Any) -> Any:
-        key_hex, path = _lookup(request, await request.aread())
-        try:
-            answer = await api.get(path, params=self._params)
-        except Exception as e:  # noqa: BLE001
-            raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
-        return _answer(mod, answer, key_hex, request)
+        body = await request.aread()
+        # The key store is synchronous (files or a database round trip), as in the Recorder's
+        # sender thread; a lookup is rare next to the API call, and cached.
+        sealed, plan = self._plan(request, body)
+        for key_hex, keys in plan:
+            try:
+                answer = await api.get(f"/replay/{key_hex}", params=self._params)
+            except Exception as e:  # noqa: BLE001
+                raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
+            try:
+                return _answer(mod, answer, key_hex, request, keys)
+            except ReplayMiss:
+                if sealed is None:
+                    raise
+        raise self._no_answer(request, body, sealed)
 
     def transport(self, flavor: str = "httpx2") -> Any:
         mod = _module(flavor)

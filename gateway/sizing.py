@@ -21,6 +21,7 @@ import copy
 from typing import Any
 
 from evidence_contract import TRUNCATED_ERROR_BYTES
+from evidence_contract.envelope import OVERHEAD
 
 __all__ = ["DEFAULT_MAX_VERBATIM_BYTES", "ERROR_PREFIX_BYTES", "apply_size_policy",
            "body_size", "truncate"]
@@ -38,8 +39,13 @@ def body_size(event: dict[str, Any]) -> int:
     return n + sum(len(c.get("chunk_bytes") or b"") for c in event.get("retrieval") or ())
 
 
-def truncate(event: dict[str, Any]) -> dict[str, Any]:
-    """``event`` with every body dropped (error_bytes cut to its first 64 KiB), flagged."""
+def truncate(event: dict[str, Any], to_seal: bool = False) -> dict[str, Any]:
+    """``event`` with every body dropped (error_bytes cut to its first 64 KiB), flagged.
+
+    ``to_seal``: the event is sealed next, so the error prefix is 45 bytes shorter (its
+    envelope must fit the contract's 64 KiB). An event already sealed (``encryption`` set)
+    keeps its error_bytes envelope whole or not at all: a cut envelope would not open.
+    """
     out = copy.copy(event)
     for k in _BODIES:
         if k in out and k != "error_bytes":
@@ -47,14 +53,20 @@ def truncate(event: dict[str, Any]) -> dict[str, Any]:
     if len(out.get("params") or "") > ERROR_PREFIX_BYTES:
         out["params"] = None  # parameters that large are content (tools, documents), not settings
     if out.get("error_bytes") is not None:
-        out["error_bytes"] = out["error_bytes"][:ERROR_PREFIX_BYTES]
+        if out.get("encryption") is not None:
+            if len(out["error_bytes"]) > ERROR_PREFIX_BYTES:
+                out["error_bytes"] = None
+        else:
+            keep = ERROR_PREFIX_BYTES - OVERHEAD if to_seal else ERROR_PREFIX_BYTES
+            out["error_bytes"] = out["error_bytes"][:keep]
     out["retrieval"] = [{**c, "chunk_bytes": None} for c in out.get("retrieval") or ()]
     out["capture"] = {**out["capture"], "truncated": True}
     return out
 
 
-def apply_size_policy(event: dict[str, Any], max_verbatim_bytes: int) -> dict[str, Any]:
+def apply_size_policy(event: dict[str, Any], max_verbatim_bytes: int,
+                      to_seal: bool = False) -> dict[str, Any]:
     """``event`` unchanged if its bodies fit ``max_verbatim_bytes``, else :func:`truncate`."""
     if body_size(event) <= max_verbatim_bytes:
         return event
-    return truncate(event)
+    return truncate(event, to_seal)

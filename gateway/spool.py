@@ -77,7 +77,9 @@ def _frame(key: bytes, value: bytes) -> bytes:
     return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory, so a rename or create in it is durable (shared by the client's
+    other on-disk stores and the witness)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -174,7 +176,7 @@ class Spool:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.directory / "HEAD")
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def _recover(self) -> None:
         gen, head = self._read_head()
@@ -299,7 +301,7 @@ class Spool:
             while written < len(rest):
                 written += os.write(new_fd, rest[written:])
             os.fsync(new_fd)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self._write_head(new_gen, 0)
         except BaseException:
             os.close(new_fd)
@@ -339,7 +341,7 @@ def new_spool(root: str | os.PathLike[str]) -> Spool:
     spool = Spool(tmp).open()
     try:
         os.rename(tmp, root / name)
-        _fsync_dir(root)
+        fsync_dir(root)
     except OSError as e:
         spool.remove()
         raise SpoolError(f"cannot create a spool under {root}: {e}") from e

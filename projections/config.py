@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from evidence_contract.tlog import DEFAULT_LOG_NAME
 from topics import TopicNames, TopicSettings
 
 from .errors import ProjectionError
@@ -55,12 +56,78 @@ class ProjectorConfig:
     """The connection's ``application_name`` in ``pg_stat_activity``: how an operator finds
     (or a test terminates) this projector's backends; several projectors on one database may
     each name themselves."""
+    synchronous_commit: str = "off"
+    """``EVIDENCE_PROJECTOR_SYNCHRONOUS_COMMIT``: PostgreSQL's ``synchronous_commit`` for the
+    projector's and the rebuild's connection. ``off`` (the default) lets a batch's commit
+    return before its WAL reaches the disk (PostgreSQL flushes it within ~3 x
+    ``wal_writer_delay``), which takes a disk flush off every batch, most of a quiet batch's
+    time: capture-to-queryable latency. It is safe for a projection: a batch's rows and its
+    positions commit in one transaction and the WAL is replayed in order, so a PostgreSQL
+    crash can lose only the last batches whole, rows and positions together, and the
+    projector reads them from the log again (the log, not the projection, is the record).
+    ``on`` restores flush-before-acknowledge."""
     drop_lock_timeout_ms: int = 2000
     drop_attempts: int = 30
+    log_name: str = DEFAULT_LOG_NAME
+    """The log's name: checkpoint origins are ``<log_name>/<stream>``."""
+    log_verifier_key_file: str = ""
+    """The log's note verifier key; else derived from ``log_signing_key_file``. With one, the
+    projector verifies every checkpoint's log signature (a forged one is a finding); without,
+    it only parses them."""
+    log_signing_key_file: str = ""
+    redaction_file: str = ""
+    """``EVIDENCE_REDACTION_FILE``: the redaction policy (:mod:`projections.redact`) applied
+    to every row projected; empty: none."""
+    group_id: str = ""
+    """``EVIDENCE_PROJECTOR_GROUP``: the consumer group through which the projectors of one
+    projection split the log's partitions (:mod:`projections.service`); empty: derived,
+    see :attr:`consumer_group`. Offsets are never committed to it."""
+    group_session_timeout_ms: int = 10_000
+    """``EVIDENCE_PROJECTOR_SESSION_TIMEOUT_MS``: how long a projector that stopped
+    answering (kill -9, a stalled host) keeps its partitions before the group hands them to
+    the others."""
+
+    @property
+    def consumer_group(self) -> str:
+        """The projectors' consumer group: ``EVIDENCE_PROJECTOR_GROUP``, else
+        ``<prefix>.projector.<meta schema>``, one per projection (its meta schema is where its
+        generations and positions live), so that projectors of two projections on the same
+        topics never split partitions between them. Two projections in two databases that
+        share a prefix and a meta schema name need distinct groups set explicitly."""
+        return self.group_id or f"{self.topics.names.prefix}.projector.{self.meta_schema}"
 
     @property
     def log_topic(self) -> str:
         return self.topics.names.log
+
+    @property
+    def checkpoint_topic(self) -> str:
+        return self.topics.names.checkpoints
+
+    @property
+    def erasure_topic(self) -> str:
+        return self.topics.names.erasures
+
+    def log_key(self):
+        """The log's verifier key (``evidence_contract.note.VerifierKey``) or None; raises
+        ``ProjectionError`` for a key file that cannot be read or names another log."""
+        from pathlib import Path
+
+        from evidence_contract.note import NoteError, parse_skey, parse_vkey
+
+        for path, parse in ((self.log_verifier_key_file, parse_vkey),
+                            (self.log_signing_key_file, lambda t: parse_skey(t).verifier)):
+            if not path:
+                continue
+            try:
+                key = parse(Path(path).read_text(encoding="utf-8").strip())
+            except (OSError, UnicodeDecodeError, NoteError) as e:
+                raise ProjectionError(f"log key {path}: {e}") from e
+            if key.name != self.log_name:
+                raise ProjectionError(f"log key {path} is named {key.name!r}, the log "
+                                      f"{self.log_name!r} (EVIDENCE_LOG_NAME)")
+            return key
+        return None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProjectorConfig":
@@ -70,6 +137,12 @@ class ProjectorConfig:
             if env.get(var, "") != "":
                 overrides[name] = conv(env[var])
         return replace(cls(), **overrides)
+
+    def redaction(self):
+        """The redaction policy (loaded on each call: a rebuild re-reads it), or None."""
+        from .redact import load
+
+        return load(self.redaction_file) if self.redaction_file else None
 
     def with_args(self, args: object) -> "ProjectorConfig":
         """Apply the CLI flags that were given (argparse leaves the others None)."""
@@ -91,6 +164,9 @@ class ProjectorConfig:
             raise ProjectionError("batch size must be at least 1")
         if not self.heartbeat_s > 0:
             raise ProjectionError("the heartbeat interval must be positive")
+        if self.synchronous_commit not in _SYNCHRONOUS_COMMIT:
+            raise ProjectionError(f"synchronous_commit {self.synchronous_commit!r} must be one "
+                                  f"of {', '.join(_SYNCHRONOUS_COMMIT)}")
         return self
 
     def env(self) -> dict[str, str]:
@@ -102,7 +178,10 @@ class ProjectorConfig:
                    if name not in ("database_url", "bootstrap")}}
 
 
+_SYNCHRONOUS_COMMIT = ("off", "local", "remote_write", "on", "remote_apply")
+
 _ENV = {
+    "synchronous_commit": ("EVIDENCE_PROJECTOR_SYNCHRONOUS_COMMIT", str),
     "database_url": ("EVIDENCE_DATABASE_URL", str),
     "bootstrap": ("EVIDENCE_KAFKA_BOOTSTRAP", str),
     "meta_schema": ("EVIDENCE_PG_META_SCHEMA", str),
@@ -112,4 +191,10 @@ _ENV = {
     "heartbeat_s": ("EVIDENCE_PROJECTOR_HEARTBEAT_S", float),
     "application_name": ("EVIDENCE_PG_APPLICATION_NAME", str),
     "metrics_port": ("EVIDENCE_PROJECTOR_METRICS_PORT", int),
+    "log_name": ("EVIDENCE_LOG_NAME", str),
+    "log_verifier_key_file": ("EVIDENCE_LOG_VERIFIER_KEY_FILE", str),
+    "log_signing_key_file": ("EVIDENCE_LOG_SIGNING_KEY_FILE", str),
+    "redaction_file": ("EVIDENCE_REDACTION_FILE", str),
+    "group_id": ("EVIDENCE_PROJECTOR_GROUP", str),
+    "group_session_timeout_ms": ("EVIDENCE_PROJECTOR_SESSION_TIMEOUT_MS", int),
 }

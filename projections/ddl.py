@@ -7,7 +7,9 @@ Layout in the database:
   generation (the projector) take it ``FOR SHARE`` per batch; a swap takes it ``FOR UPDATE``,
   so a swap waits for the batch in flight and the next batch sees the new generation.
 - schema ``evidence`` (the *views schema*) — views ``records``, ``heads``, ``findings``,
-  ``positions``, ``heartbeat`` over the live generation. Readers only query these. Re-pointing them is one
+  ``positions``, ``heartbeat`` and the verifiable log's ``tree_nodes``, ``trees``,
+  ``checkpoints``, ``cosignatures`` (:data:`TLOG`) and ``erasures`` (:data:`ERASURES`) over the
+  live generation. Readers only query these. Re-pointing them is one
   transaction, so a reader sees the old generation or the new one, never a mix; dropping the
   old generation afterwards waits for queries still reading it (they hold its tables' locks).
 
@@ -17,9 +19,11 @@ stack's.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
-TABLES = ("records", "heads", "findings", "positions", "heartbeat")
+TABLES = ("records", "heads", "findings", "positions", "heartbeat", "tree_nodes", "trees",
+          "checkpoints", "cosignatures", "erasures", "redaction")
 
 HEARTBEAT = """create table if not exists {gen}.heartbeat (
     topic       text        not null,
@@ -39,27 +43,169 @@ def ensure_heartbeat(conn, gen: str) -> None:
     conn.execute(HEARTBEAT.replace("{gen}", f'"{gen}"'))
 
 
+TLOG = """
+create table if not exists {gen}.tree_nodes (
+    stream  text     not null,
+    level   smallint not null,   -- 0: the leaf hashes (leaf seq - 1)
+    idx     bigint   not null,   -- covers leaves [idx * 2^level, (idx + 1) * 2^level)
+    hash    bytea    not null,
+    primary key (stream, level, idx));
+create table if not exists {gen}.trees (
+    stream  text   primary key,
+    size    bigint not null,     -- records in the tree: the stream's gapless prefix
+    root    bytea  not null);
+create table if not exists {gen}.checkpoints (
+    stream         text    not null,
+    tree_size      bigint  not null,
+    root           bytea   not null,
+    note           bytea   not null,   -- the signed note, verbatim as on the topic
+    log_partition  integer not null,   -- its position on <prefix>.checkpoints
+    log_offset     bigint  not null,
+    root_matches   boolean,            -- null until the projected tree reaches tree_size
+    projected_at   timestamptz not null default now(),
+    primary key (stream, tree_size));
+create table if not exists {gen}.cosignatures (
+    stream         text    not null,
+    tree_size      bigint  not null,
+    witness        text    not null,   -- the witness key's name
+    key_id         bigint  not null,
+    timestamp      bigint  not null,   -- the cosignature's POSIX time
+    line           text    not null,   -- the signature line, as a note holds it
+    log_partition  integer not null,
+    log_offset     bigint  not null,
+    primary key (stream, tree_size, witness, key_id))"""
+"""The verifiable log's tables (:mod:`projections.tlog`): every perfect subtree hash of each
+stream's Merkle tree and its size and root, written with the records in one transaction; the
+checkpoints and cosignatures folded from ``<prefix>.checkpoints``. ``if not exists``: a
+generation made before them gets them when the projector follows it (its trees then start
+empty and do not grow past its first record: rebuild it to have proofs)."""
+
+
+TREE_NODES_KEY = """alter table {gen}.tree_nodes add primary key (stream, level, idx)"""
+"""``tree_nodes``' key, which a bulk load adds after its rows (:func:`index_statements`)."""
+
+
+def ensure_tlog(conn, gen: str, indexes: bool = True) -> None:
+    """Create ``gen``'s verifiable-log tables if it has none (a generation older than them);
+    ``indexes=False``: ``tree_nodes`` without its key (:data:`TREE_NODES_KEY`)."""
+    sql = TLOG
+    if not indexes:
+        sql = sql.replace(",\n    primary key (stream, level, idx));", ");")
+        assert "primary key (stream, level, idx)" not in sql
+    conn.execute(sql.replace("{gen}", f'"{gen}"'))
+
+
+ERASURES = """
+alter table {gen}.records add column if not exists key_id bytea;
+create table if not exists {gen}.erasures (
+    request_id     text    not null,
+    key_id         bytea,               -- one row per key id erased; null: the request erased none
+    erased_at      timestamptz not null,
+    erased_at_us   bigint  not null,    -- exact micros, as the receipt says
+    note           bytea   not null,    -- the signed receipt, verbatim as on the topic
+    log_partition  integer not null,    -- its position on <prefix>.erasures
+    log_offset     bigint  not null,
+    reason         text,                -- the request's reason (a header; not signed)
+    projected_at   timestamptz not null default now());
+create unique index if not exists erasures_request_key
+    on {gen}.erasures (request_id, coalesce(key_id, ''::bytea));
+create index if not exists erasures_key_id on {gen}.erasures (key_id)"""
+"""Erasure receipts folded from ``<prefix>.erasures`` (:mod:`projections.erasures`) and the
+records' key id: a record is erased when its ``key_id`` is in ``erasures``. ``if not
+exists``: a generation made before them gets them when the projector follows it (its older
+records then have a null key id until a rebuild)."""
+
+
+ERASURES_INDEX = """create index if not exists records_key_id_idx on {gen}.records (key_id)
+    where key_id is not null"""
+"""Which records an erasure shreds; a secondary index (a bulk load adds it afterwards)."""
+
+
+def ensure_erasures(conn, gen: str, indexes: bool = True) -> None:
+    """Create ``gen``'s erasures table, records.key_id and (``indexes``) its index if missing."""
+    conn.execute(ERASURES.replace("{gen}", f'"{gen}"'))
+    if indexes:
+        conn.execute(ERASURES_INDEX.replace("{gen}", f'"{gen}"'))
+
+
+REDACTION = """create table if not exists {gen}.redaction (
+    singleton    boolean primary key default true check (singleton),
+    policy       jsonb,               -- the policy's canonical JSON; null: no policy
+    digest       bytea,               -- projections.redact.Policy.digest; null: no policy
+    recorded_at  timestamptz not null default now())"""
+"""The redaction policy (:mod:`projections.redact`) the generation's rows were built with,
+one row, written when the generation is made (or, for a generation made before the table, by
+the first projector that follows it). No row: not recorded (a generation older than
+redaction, built without a policy). The API's stream audit and ``evidence audit`` recompute
+rows with it; a rebuild compares it with the new generation's."""
+
+
+def ensure_redaction(conn, gen: str) -> None:
+    """Create ``gen``'s redaction table if it has none (a generation older than it)."""
+    conn.execute(REDACTION.replace("{gen}", f'"{gen}"'))
+
+
+def record_redaction(conn, gen: str, policy) -> None:
+    """Store ``policy`` (a ``projections.redact.Policy`` or None) as ``gen``'s, once."""
+    import json
+
+    ensure_redaction(conn, gen)
+    conn.execute(f'insert into "{gen}".redaction (policy, digest) values (%s::jsonb, %s) '
+                 f"on conflict (singleton) do nothing",
+                 (None if policy is None else json.dumps(policy.canonical(), sort_keys=True),
+                  None if policy is None else policy.digest))
+
+
 def _schema_lines(gen: str) -> list[str]:
     text = resources.files("projections").joinpath("schema.sql").read_text()
     return text.replace("{gen}", f'"{gen}"').splitlines(keepends=True)
 
 
+def _is_index(line: str) -> bool:
+    line = line.lower()
+    return line.startswith("create index") or (line.startswith("alter table")
+                                               and " add primary key " in line)
+
+
 def generation_sql(gen: str, indexes: bool = True) -> str:
-    """The tables of one generation; ``indexes=False`` leaves out the secondary indexes
-    (one-line ``create index`` statements), for a bulk load that adds them afterwards."""
-    return "".join(line for line in _schema_lines(gen)
-                   if indexes or not line.lower().startswith("create index"))
+    """The tables of one generation; ``indexes=False`` leaves out the indexes (one-line
+    ``create index`` and ``alter table ... add primary key`` statements: the records' key
+    too), for a bulk load that adds them afterwards."""
+    return "".join(line for line in _schema_lines(gen) if indexes or not _is_index(line))
 
 
 def index_sql(gen: str) -> str:
-    """The secondary indexes that ``generation_sql(gen, indexes=False)`` left out."""
-    return "".join(line for line in _schema_lines(gen)
-                   if line.lower().startswith("create index"))
+    """The indexes that ``generation_sql(gen, indexes=False)`` left out."""
+    return "".join(line for line in _schema_lines(gen) if _is_index(line))
 
 
-def create_indexes(conn, gen: str) -> None:
-    """Add the secondary indexes to a generation made with ``indexes=False``."""
-    conn.execute(index_sql(gen))
+_ADD_KEY = re.compile(r'alter table (?P<table>"[^"]+"\.(?P<name>\w+)) add primary key (?P<cols>\(.*\))')
+
+
+def index_statements(gen: str) -> tuple[list[str], list[str]]:
+    """``(builds, attaches)``: what adds the indexes to a generation made with
+    ``indexes=False`` (``Store.create_indexes`` runs them). The builds are independent, so
+    they can run side by side: a primary key as its unique index (``create index`` locks out
+    writes only, where ``add primary key`` would lock out the other builds), which the
+    attaches then make the key (``using index``: no second scan). Built once by sorting, an
+    index costs less than maintained row by row through a bulk load."""
+    q = f'"{gen}"'
+    builds, attaches = [], []
+    lines = [line.strip().rstrip(";") for line in index_sql(gen).splitlines() if line.strip()]
+    for line in lines + [TREE_NODES_KEY.replace("{gen}", q)]:
+        key = _ADD_KEY.fullmatch(line)
+        if key is None:
+            builds.append(line)
+            continue
+        name = f"{key['name']}_pkey"
+        builds.append(f"create unique index {name} on {key['table']} {key['cols']}")
+        attaches.append(f"alter table {key['table']} add constraint {name} "
+                        f"primary key using index {name}")
+    builds.append(ERASURES_INDEX.replace("{gen}", q))
+    return builds, attaches
+
+
+
 
 
 def ensure_meta(conn, meta: str = "evidence_meta") -> None:
@@ -75,11 +221,12 @@ def ensure_meta(conn, meta: str = "evidence_meta") -> None:
 
 
 def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence_g",
-                      indexes: bool = True) -> str:
+                      indexes: bool = True, redaction=None) -> str:
     """Create the next generation schema with empty tables; returns its name.
 
-    A rebuild passes ``indexes=False`` and calls :func:`create_indexes` after its bulk load:
-    building an index once by sorting is cheaper than maintaining it row by row."""
+    A rebuild passes ``indexes=False`` and runs :func:`index_statements` after its bulk load:
+    building an index once by sorting is cheaper than maintaining it row by row.
+    ``redaction``: the policy its rows are built with (recorded in its ``redaction`` table)."""
     ensure_meta(conn, meta)
     n = conn.execute(
         f"""select coalesce(max(substring(name from '([0-9]+)$')::int), 0) + 1
@@ -88,6 +235,9 @@ def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence
     conn.execute(f'create schema "{gen}"')
     conn.execute(generation_sql(gen, indexes))
     ensure_heartbeat(conn, gen)
+    ensure_tlog(conn, gen, indexes)
+    ensure_erasures(conn, gen, indexes)
+    record_redaction(conn, gen, redaction)
     conn.execute(f'insert into "{meta}".generations (name, state) values (%s, %s)',
                  (gen, "building"))
     return gen
@@ -96,6 +246,9 @@ def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence
 def point_views(conn, gen: str, views: str = "evidence") -> None:
     """(Re)create the stable views over ``gen``; call inside the swap's transaction."""
     ensure_heartbeat(conn, gen)
+    ensure_tlog(conn, gen)
+    ensure_erasures(conn, gen)
+    ensure_redaction(conn, gen)
     conn.execute(f'create schema if not exists "{views}"')
     for table in TABLES:
         conn.execute(f'drop view if exists "{views}".{table}')

@@ -21,9 +21,11 @@ RECORD_COLUMNS = (
     "seed", "temperature", "top_p", "deterministic", "request_policy", "streamed",
     "closed_early", "truncated", "writer_id", "request_length", "response_length",
     "request_bytes", "response_bytes", "error_bytes", "input_bytes", "prompt_bytes",
-    "record_bytes",
+    "key_id", "record_bytes",
 )
-"""``record_bytes`` stays last: the audit compares a row's bytes with the log by ``row[-1]``."""
+"""``record_bytes`` stays last: the audit compares a row's bytes with the log by ``row[-1]``.
+``key_id`` is the record's ``encryption.key_id`` as 16 bytes (None for a plain record): a
+record is *erased* when its key id is in ``erasures``."""
 
 # PostgreSQL types of RECORD_COLUMNS, for binary COPY (``copy.set_types``). The seed is
 # numeric: it is an integer of any size (decimal text in the record), often >= 2**63.
@@ -36,7 +38,7 @@ RECORD_TYPES = (
     "numeric", "float8", "float8", "bool", "text", "bool",
     "bool", "bool", "text", "int8", "int8",
     "bytea", "bytea", "bytea", "bytea", "bytea",
-    "bytea",
+    "bytea", "bytea",
 )
 assert len(RECORD_TYPES) == len(RECORD_COLUMNS)
 
@@ -53,8 +55,11 @@ def micros_to_datetime(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
-def record_row(value: bytes, partition: int, offset: int) -> tuple[Any, ...]:
-    """The ``records`` row of one encoded EvidenceRecord; raises ``DecodeError`` if it is not."""
+def record_row(value: bytes, partition: int, offset: int,
+               redaction: Any = None) -> tuple[Any, ...]:
+    """The ``records`` row of one encoded EvidenceRecord; raises ``DecodeError`` if it is not.
+    With ``redaction`` (a :class:`projections.redact.Policy`) its served body columns are
+    masked (:func:`projections.redact.apply`); ``record_bytes`` never is."""
     # One decode (not split_record, which reads the body twice): the projector does not
     # recompute record_digest, `evidence audit` does; it only needs the values.
     name, record = decode(value)
@@ -62,7 +67,7 @@ def record_row(value: bytes, partition: int, offset: int) -> tuple[Any, ...]:
         raise DecodeError(f"expected an EvidenceRecord, got a {name}")
     body, seal = record["body"], record["seal"]
     provider, replay, capture = body["provider"], body["replay"], body["capture"]
-    return (
+    row = (
         partition, offset, body["stream"], seal["seq"], uuid.UUID(body["event_id"]),
         body["schema_version"], micros_to_datetime(seal["occurred_at"]), seal["occurred_at"],
         micros_to_datetime(body["captured_at"]), body["content_key"], seal["prev_digest"],
@@ -75,8 +80,23 @@ def record_row(value: bytes, partition: int, offset: int) -> tuple[Any, ...]:
         capture["closed_early"], capture["truncated"], seal["writer"]["writer_id"],
         body["request_length"], body["response_length"], body["request_bytes"],
         body["response_bytes"], body["error_bytes"], body["input_bytes"], body["prompt_bytes"],
-        bytes(value),
+        key_id_bytes(body.get("encryption")), bytes(value),
     )
+    if redaction is None:
+        return row
+    from .redact import apply
+
+    return apply(row, redaction)
+
+
+def key_id_bytes(encryption: dict[str, Any] | None) -> bytes | None:
+    """The ``key_id`` column of a record's ``encryption`` (None: a plain record)."""
+    if not encryption:
+        return None
+    try:
+        return bytes.fromhex(encryption["key_id"])
+    except (KeyError, TypeError, ValueError):
+        raise DecodeError("encryption.key_id is not a key id") from None
 
 
 def seed_int(seed: str | None) -> int | None:

@@ -48,14 +48,17 @@ create table {gen}.records (
     error_bytes           bytea,
     input_bytes           bytea,
     prompt_bytes          bytea,
-    record_bytes          bytea       not null,   -- the log message value, verbatim
-    primary key (log_partition, log_offset)
+    key_id                bytea,                  -- encryption.key_id (16 bytes); null: plain
+                                                  -- (indexed by projections.ddl.ERASURES)
+    record_bytes          bytea       not null    -- the log message value, verbatim
 )
 -- A typical record row (message + response + request bytes) is 2-6 KiB: over the default
 -- 2 KiB toast target, PostgreSQL would try to compress and move each row's bytes to the
 -- TOAST table (an extra heap and index insert per row). Keeping rows up to a page inline
 -- makes bulk loads ~1.5x faster; larger responses are still toasted.
 with (toast_tuple_target = 8160);
+-- A bulk load adds the key after its rows, as it does the indexes (projections.ddl).
+alter table {gen}.records add primary key (log_partition, log_offset);
 -- Not unique: a duplicate seq in the log is stored and reported as a finding, never dropped.
 create index on {gen}.records (stream, seq);
 create index on {gen}.records (event_id);

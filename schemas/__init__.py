@@ -5,10 +5,11 @@ repository's ``schemas/`` folder by ``packaging/contract``).
 
 Pure code; the only I/O is reading ``avro/*.avsc`` once at import.
 
-Schemas (``avro/*.avsc``, record contract 2.0, namespace ``evidence.v2``), named in
+Schemas (``avro/*.avsc``, record contract 2.1, namespace ``evidence.v2``), named in
 ``SCHEMA_NAMES``; each file is self-contained (EvidenceRecord carries CaptureEvent inline) and
 defines every named type once, so every Avro implementation computes the same fingerprint.
-A 1.0 capture has another fingerprint and the writer rejects it (UNKNOWN_FINGERPRINT):
+A 1.0 capture has another fingerprint and the writer rejects it (UNKNOWN_FINGERPRINT); a 2.0
+one (``avro/history/``) is read with its own schema and sealed as a 2.0 record:
     CaptureEvent     what services send to evidence.intake; the record ``body``
     EvidenceRecord   ``body`` + the writer's ``seal``, on evidence.log
     WriterHead       the writer's restart state per stream
@@ -17,7 +18,7 @@ Codec (Avro single-object encoding, no registry needed):
     encode, decode, body_bytes, split_record, fingerprint, parsing_canonical_form,
     DIGEST_FIELDS, wrong_size_digest (every digest field is bytes of exactly 32)
     writer fast paths: HEADER_SIZE, schema_name_for, read_canonical_body, read_body,
-    canonical_body_bytes, encode_sealed, peek_ids
+    canonical_body_bytes, encode_sealed, peek_ids, record_fingerprint_for
 
 Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
     content_key (0x00), response_digest (0x01), input_digest (0x02),
@@ -28,6 +29,14 @@ Record model:
     new_event_id, now_micros, valid_event_id, valid_stream_id, STREAM_ID_RE,
     seed_text, valid_seed, SEED_RE, MAX_SEED_DIGITS, TRUNCATED_ERROR_BYTES,
     SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal
+
+Sealed content (record contract 2.1, ``docs/erasure.md``), modules imported by name:
+    envelope   the envelope format, associated data, commitment prefixes, the writer's
+               shape check of an encrypted capture (stdlib only)
+    sealing    SubjectKeys (AES-256-GCM + HMAC-SHA-256 commitments, HKDF), seal_body,
+               open_body, AES key wrap, LocalKek (needs the ``[encrypt]`` extra)
+    keys       the KeyStore and KeyWrapper ports, DataKey, SubjectState, KeyErased
+    erasure    erasure requests (intake control messages) and the log's signed receipts
 
 Topic names (the wire contract's addresses):
     TopicNames
@@ -50,6 +59,7 @@ from .codec import (
     peek_ids,
     read_body,
     read_canonical_body,
+    record_fingerprint_for,
     schema_name_for,
     split_record,
     wrong_size_digest,
@@ -116,6 +126,7 @@ __all__ = [
     "read_body",
     "read_canonical_body",
     "record_digest",
+    "record_fingerprint_for",
     "response_digest",
     "schema_name_for",
     "seal",

@@ -2,7 +2,7 @@
 
 Internal: the public face is ``schemas.codec``.
 
-Each file is self-contained and parsed alone (record contract 2.0): EvidenceRecord carries
+Each file is self-contained and parsed alone (record contract 2.1): EvidenceRecord carries
 CaptureEvent's full definition inline, and every named type is defined exactly once and never
 referenced by name again. Implementations disagree on the Parsing Canonical Form of a schema
 that repeats a named type (Java and fastavro write the name, the Python ``avro`` package and
@@ -69,11 +69,19 @@ def named_types(canonical: str) -> tuple[list[str], list[str]]:
 class _Loaded:
     """Everything derived from one schema file."""
 
-    __slots__ = ("name", "json", "parsed", "canonical", "fingerprint")
+    __slots__ = ("name", "json", "parsed", "canonical", "fingerprint", "reader", "current",
+                 "body_parsed")
 
-    def __init__(self, name: str, schema_json: dict[str, Any]) -> None:
+    def __init__(self, name: str, schema_json: dict[str, Any],
+                 reader: "_Loaded | None" = None, current: bool = True) -> None:
         self.name = name
         self.json = schema_json
+        self.current = current
+        """False for an earlier version (avro/history/)."""
+        # An earlier version of a schema (avro/history/) is read with Avro schema
+        # resolution into the current one, ``reader``: fields added since take their
+        # defaults. None for the current schemas.
+        self.reader = reader
         # No shared named_schemas: each schema is parsed standalone, so a reference to a
         # type defined in another file fails here.
         self.parsed = fastavro.parse_schema(copy.deepcopy(schema_json))
@@ -85,13 +93,59 @@ class _Loaded:
         # fastavro returns the hex of the 8 little-endian bytes, which is exactly the
         # single-object header (the Java long written little-endian).
         self.fingerprint: bytes = bytes.fromhex(_fastavro_fingerprint(self.canonical, "CRC-64-AVRO"))
+        # An EvidenceRecord's body (its first field) is the CaptureEvent of the same version.
+        self.body_parsed = (fastavro.parse_schema(copy.deepcopy(schema_json["fields"][0]["type"]))
+                            if name == "EvidenceRecord" else None)
 
 
 def _load_all() -> dict[str, _Loaded]:
     return {name: _Loaded(name, _read_json(name)) for name in SCHEMA_NAMES}
 
 
+READABLE_HISTORY = ("WriterHead",)
+"""Schemas whose earlier versions are still read (``avro/history/<Name>.<fingerprint>.avsc``),
+resolved into the current version. Only the writer's own state: a compacted topic that
+holds heads written by the writer before an upgrade. EvidenceRecord and CaptureEvent are
+not resolved: a record's digests cover its body bytes under the schema it was sealed with,
+so a later version of the record contract reads each record with its own schema."""
+
+SEALED_HISTORY = ("CaptureEvent", "EvidenceRecord")
+"""Schemas whose earlier versions are read with their own schema, never resolved (record
+contract 2.0, before ``encryption``): a 2.0 capture is sealed as a 2.0 EvidenceRecord, byte
+for byte, and decodes as a dict without the fields added since."""
+
+
+def _load_history(current: dict[str, _Loaded]) -> list[_Loaded]:
+    folder = resources.files(__package__).joinpath("avro", "history")
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name) if folder.is_dir() else ():
+        name, _, rest = entry.name.partition(".")
+        if not entry.name.endswith(".avsc") or name not in READABLE_HISTORY + SEALED_HISTORY:
+            continue
+        old = _Loaded(name, json.loads(entry.read_text("utf-8")),
+                      reader=current[name] if name in READABLE_HISTORY else None, current=False)
+        if old.fingerprint.hex() != rest.removesuffix(".avsc"):
+            raise RuntimeError(f"avro/history/{entry.name}: its fingerprint is "
+                               f"{old.fingerprint.hex()}, not the one its name says")
+        out.append(old)
+    return out
+
+
 SCHEMAS: dict[str, _Loaded] = _load_all()
-BY_FINGERPRINT: dict[bytes, _Loaded] = {s.fingerprint: s for s in SCHEMAS.values()}
-if len(BY_FINGERPRINT) != len(SCHEMAS):  # pragma: no cover - would need a CRC-64 collision
+HISTORY: list[_Loaded] = _load_history(SCHEMAS)
+BY_FINGERPRINT: dict[bytes, _Loaded] = {s.fingerprint: s for s in (*SCHEMAS.values(), *HISTORY)}
+if len(BY_FINGERPRINT) != len(SCHEMAS) + len(HISTORY):  # pragma: no cover - a CRC-64 collision
     raise RuntimeError("two schemas share a CRC-64-AVRO fingerprint")
+
+
+def _record_for_capture() -> dict[bytes, bytes]:
+    # A capture of each version is sealed into the EvidenceRecord of the same version: the
+    # one whose inline body has the capture's canonical form.
+    records = {to_parsing_canonical_form(s.body_parsed): s.fingerprint
+               for s in BY_FINGERPRINT.values() if s.name == "EvidenceRecord"}
+    return {s.fingerprint: records[s.canonical]
+            for s in BY_FINGERPRINT.values() if s.name == "CaptureEvent"}
+
+
+RECORD_FOR_CAPTURE: dict[bytes, bytes] = _record_for_capture()
+"""CaptureEvent fingerprint -> the EvidenceRecord fingerprint it is sealed under."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Iterable
 
 from .digests import GENESIS, record_digest
 
@@ -38,14 +38,17 @@ __all__ = [
     "BROKEN_LINK",
     "DIGEST_MISMATCH",
     "DUPLICATE",
+    "DUPLICATE_EVENT_ID",
     "Finding",
     "GAP",
     "Head",
     "KINDS",
     "Link",
     "OUT_OF_ORDER",
+    "Sighting",
     "UNDECODABLE",
     "advance",
+    "event_id_findings",
     "undecodable",
 ]
 
@@ -55,7 +58,9 @@ OUT_OF_ORDER = "out_of_order"
 BROKEN_LINK = "broken_link"
 DIGEST_MISMATCH = "record_digest_mismatch"
 UNDECODABLE = "undecodable"
-KINDS = (GAP, DUPLICATE, OUT_OF_ORDER, BROKEN_LINK, DIGEST_MISMATCH, UNDECODABLE)
+DUPLICATE_EVENT_ID = "duplicate_event_id"
+KINDS = (GAP, DUPLICATE, OUT_OF_ORDER, BROKEN_LINK, DIGEST_MISMATCH, UNDECODABLE,
+         DUPLICATE_EVENT_ID)
 """The chain's finding kinds; the auditor adds its own body and projection kinds."""
 
 
@@ -179,3 +184,57 @@ def undecodable(reason: str, partition: int | None = None,
                 offset: int | None = None) -> Finding:
     """The finding for a log message that is not an EvidenceRecord."""
     return Finding(UNDECODABLE, None, None, reason, partition, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """A sealed record seen under its ``event_id``, for :func:`event_id_findings`."""
+
+    event_id: str
+    stream: str
+    seq: int
+    occurred_at: int
+    partition: int
+    offset: int
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        """Which of two records with one event_id came first: the earlier ``occurred_at``
+        (the writer's clock), then the log position. A total order that does not depend on
+        which record a reader happened to read first, so the projector, a rebuild and the
+        auditor flag the same record whatever their batches."""
+        return (self.occurred_at, self.partition, self.offset)
+
+
+def event_id_findings(known: Iterable[Sighting], new: Iterable[Sighting]) -> list[Finding]:
+    """The ``duplicate_event_id`` findings that ``new`` records add to the ``known`` ones.
+
+    An event_id names one call: a second record with an already-sealed event_id, in any
+    stream, is a finding (the writer absorbs a resent capture on its partition; another
+    partition's record it cannot see). Of all the records sharing an event_id, the first by
+    :attr:`Sighting.order` is the original and every other is flagged once: ``known`` are the
+    sightings already judged (flagged or not), ``new`` the ones to judge now. When a new
+    record comes before the known original, that original is flagged now. Records that the
+    chain step already calls a ``duplicate`` (the same seq again) should not be passed: their
+    finding says more.
+    """
+    by_id: dict[str, tuple[list[Sighting], list[Sighting]]] = {}
+    for s in known:
+        by_id.setdefault(s.event_id, ([], []))[0].append(s)
+    for s in new:
+        by_id.setdefault(s.event_id, ([], []))[1].append(s)
+    out: list[Finding] = []
+    for event_id, (old, fresh) in by_id.items():
+        if not fresh or len(old) + len(fresh) < 2:
+            continue
+        first = min(old + fresh, key=lambda s: s.order)
+        old_first = min(old, key=lambda s: s.order) if old else None
+        flagged = [s for s in fresh if s is not first]
+        if old_first is not None and old_first is not first:
+            flagged.append(old_first)
+        for s in sorted(flagged, key=lambda s: s.order):
+            out.append(Finding(DUPLICATE_EVENT_ID, s.stream, s.seq,
+                               f"event_id {event_id} was sealed before, at log position "
+                               f"{first.partition}:{first.offset} (seq {first.seq} of its "
+                               f"stream): one call, two records", s.partition, s.offset))
+    return out

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import functools
 import io
+import re
 from typing import Any
 
 import fastavro
 from fastavro.validation import validate
 
-from ._avro import BY_FINGERPRINT, SCHEMA_NAMES, SCHEMAS, _Loaded
+from ._avro import BY_FINGERPRINT, RECORD_FOR_CAPTURE, SCHEMA_NAMES, SCHEMAS, _Loaded
 from ._fastread import compile_reader
+from ._fastwrite import compile_writer
+from ._fastwrite import varint as _varint_long  # zig-zag varint, one definition
 from .digests import DIGEST_SIZE
 from .errors import DecodeError, EncodeError, TruncatedError
 
@@ -42,6 +45,7 @@ __all__ = [
     "peek_ids",
     "read_body",
     "read_canonical_body",
+    "record_fingerprint_for",
     "schema_name_for",
     "split_record",
     "wrong_size_digest",
@@ -62,8 +66,13 @@ def _schema(schema_name: str) -> _Loaded:
         raise ValueError(f"unknown schema {schema_name!r}; expected one of {SCHEMA_NAMES}") from None
 
 
-_FAST = {name: compile_reader(schema.parsed) for name, schema in SCHEMAS.items()}
-"""Per schema, the strict canonical reader of ``schemas._fastread`` (None: no fast path)."""
+_FAST_BY_FP = {fp: compile_reader(s.parsed) for fp, s in BY_FINGERPRINT.items() if s.reader is None}
+"""Per fingerprint of a schema read as written, the strict canonical reader of
+``schemas._fastread`` (None: no fast path). A resolved schema (``reader``) has none."""
+_FAST = {name: _FAST_BY_FP[schema.fingerprint] for name, schema in SCHEMAS.items()}
+# The generated writer of each current schema (schemas._fastwrite); None: fastavro writes.
+_FAST_WRITE = {name: compile_writer(schema.parsed) for name, schema in SCHEMAS.items()}
+"""The same for the current schemas, by name."""
 
 
 def fingerprint(schema_name: str) -> bytes:
@@ -113,6 +122,42 @@ def _misfit(node: Any, parts: tuple[str, ...], k: int, where: str) -> str | None
     return _misfit(node[part], parts, k + 1, f"{where}{'.' if where else ''}{part}")
 
 
+def _compile_fits(paths: tuple[tuple[str, ...], ...]) -> Any:
+    """A function ``fits(record) -> bool``: every digest at ``paths`` is None or exactly
+    ``DIGEST_SIZE`` bytes. Straight-line code made once per schema (the decode of every
+    record runs it); a record that does not fit is then named by the generic walk."""
+    lines, n = ["def fits(r):"], 0
+
+    def emit(expr: str, parts: tuple[str, ...], depth: int) -> None:
+        nonlocal n
+        pad = "    " * depth
+        head, rest = parts[0], parts[1:]
+        if head.endswith("[]"):
+            n += 1
+            var = f"x{n}"
+            lines.append(f"{pad}for {var} in {expr}[{head[:-2]!r}]:")
+            emit(var, rest, depth + 1)
+        elif rest:
+            emit(f"{expr}[{head!r}]", rest, depth)
+        else:
+            n += 1
+            var = f"d{n}"
+            lines.append(f"{pad}{var} = {expr}[{head!r}]")
+            lines.append(f"{pad}if {var} is not None and (type({var}) is not bytes "
+                         f"or len({var}) != {DIGEST_SIZE}):")
+            lines.append(f"{pad}    return False")
+
+    for parts in paths:
+        emit("r", parts, 1)
+    lines.append("    return True")
+    namespace: dict[str, Any] = {}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from the constant paths above
+    return namespace["fits"]
+
+
+_FITS = {name: _compile_fits(paths) for name, paths in _DIGEST_PATHS.items()}
+
+
 def wrong_size_digest(schema_name: str, record: dict[str, Any]) -> str | None:
     """Name the first digest field of ``record`` that is not exactly 32 bytes, or None.
 
@@ -120,18 +165,45 @@ def wrong_size_digest(schema_name: str, record: dict[str, Any]) -> str | None:
     the answer reads e.g. ``"retrieval[1].chunk_digest must be exactly 32 bytes, got 31
     bytes"``.
     """
-    for parts in _DIGEST_PATHS[_schema(schema_name).name]:
+    name = _schema(schema_name).name
+    if _FITS[name](record):
+        return None
+    for parts in _DIGEST_PATHS[name]:
         found = _misfit(record, parts, 0, "")
         if found:
             return found
     return None
 
 
+_LEAVES = (str, bytes, int, float)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
 def _same(read: Any, given: Any) -> bool:
     """``read`` (decoded from the bytes) is exactly ``given``, bool never standing for int."""
+    if type(read) is dict and type(given) is dict:
+        # The common case, every encode: the generic rules below, inlined for a record's
+        # scalar fields (``read`` comes from the reader: plain dicts, lists and scalars).
+        if not given.keys() <= read.keys():
+            return False
+        for k, v in read.items():
+            if k not in given:
+                if v is not None:
+                    return False
+                continue
+            g = given[k]
+            if v is None or type(v) in _LEAVES:
+                # read is no bool here (type(True) is bool): a given bool is never the same
+                if type(g) is bool or not v == g:
+                    return False
+            elif not _same(v, g):
+                return False
+        return True
     if isinstance(read, dict):
-        return (isinstance(given, dict) and read.keys() == given.keys()
-                and all(_same(v, given[k]) for k, v in read.items()))
+        # A key left out of ``given`` read back as its default (null: every default is).
+        return (isinstance(given, dict) and given.keys() <= read.keys()
+                and all(_same(v, given[k]) if k in given else v is None
+                        for k, v in read.items()))
     if isinstance(read, list):
         return (isinstance(given, (list, tuple)) and len(read) == len(given)
                 and all(_same(a, b) for a, b in zip(read, given)))
@@ -143,11 +215,28 @@ def _same(read: Any, given: Any) -> bool:
 def _avro_binary(schema: _Loaded, record: dict[str, Any]) -> bytes:
     if not isinstance(record, dict):
         raise EncodeError(f"{schema.name} record must be a dict, not {type(record).__name__}")
+    # The common case, proven the same way as below: the generated writer's bytes, read
+    # back by the strict reader to exactly the values given. Anything else (the writer
+    # cannot write it, or the bytes do not read back the same) takes fastavro's path, which
+    # decides and words the error.
+    write, fast = _FAST_WRITE.get(schema.name), _FAST.get(schema.name)
+    if write is not None and fast is not None:
+        try:
+            data = write(record)
+        except Exception:  # noqa: BLE001 - any failure here only means "ask fastavro"
+            data = None
+        if data is not None:
+            got = fast(data, 0)
+            if got is not None and got[1] == len(data) and _same(got[0], record) \
+                    and wrong_size_digest(schema.name, record) is None:
+                return data
     try:
         # strict=True catches missing and unknown fields, so a nullable field must be given
         # explicitly rather than defaulted.
         out = io.BytesIO()
-        fastavro.schemaless_writer(out, schema.parsed, record, strict=True)
+        # strict_allow_default: a field added with a default (``encryption``, 2.1) may be
+        # left out, so callers written before it keep working.
+        fastavro.schemaless_writer(out, schema.parsed, record, strict_allow_default=True)
         data = out.getvalue()
         # What the writer would silently accept (a wrong-size fixed, an int out of range, a
         # bool for an int) does not read back as the same values. Reading back with the
@@ -198,7 +287,8 @@ def _header(data: bytes) -> _Loaded:
 
 def _read(schema: _Loaded, fo: io.BytesIO) -> dict[str, Any]:
     try:
-        return fastavro.schemaless_reader(fo, schema.parsed, None)
+        return fastavro.schemaless_reader(
+            fo, schema.parsed, schema.reader.parsed if schema.reader is not None else None)
     except Exception as e:
         # Garbage can make fastavro raise almost anything (EOFError, UnicodeDecodeError,
         # IndexError for a bad union/enum index, ...); all of it means "not a valid body".
@@ -213,7 +303,7 @@ def decode(data: bytes) -> tuple[str, dict[str, Any]]:
     """
     data = _as_bytes(data)
     schema = _header(data)
-    fast = _FAST[schema.name]
+    fast = _FAST_BY_FP.get(schema.fingerprint)
     # The strict reader (schemas._fastread) gives fastavro's answer, ~3x faster, for
     # canonical bytes, which is every record the writer seals; anything else, including
     # every error, is left to fastavro so errors read the same.
@@ -237,7 +327,9 @@ def split_record(data: bytes) -> tuple[bytes, dict[str, Any]]:
     """Return ``(stored_body_bytes, record)`` for an encoded EvidenceRecord.
 
     ``stored_body_bytes`` is the Avro binary of the body exactly as it is stored: ``body`` is
-    the first field, so it is a byte prefix of the record's Avro binary. Verifiers recompute
+    the first field, so it is a byte prefix of the record's Avro binary. A record sealed
+    under an earlier contract (2.0) is read with its own schema: its body has no
+    ``encryption`` key. Verifiers recompute
     ``record_digest`` over these bytes rather than over a re-encoding, so a body whose stored
     bytes differ from ``body_bytes(record["body"])`` can be detected, not masked.
     """
@@ -247,7 +339,10 @@ def split_record(data: bytes) -> tuple[bytes, dict[str, Any]]:
         raise DecodeError(f"expected an EvidenceRecord, got a {name}")
     fo = io.BytesIO(data)
     fo.seek(_HEADER_SIZE)
-    _read(SCHEMAS["CaptureEvent"], fo)
+    try:
+        fastavro.schemaless_reader(fo, _header(data).body_parsed, None)
+    except Exception as e:  # pragma: no cover - decode() has read these bytes already
+        raise DecodeError(f"malformed EvidenceRecord body: {type(e).__name__}: {e}") from e
     return data[_HEADER_SIZE : fo.tell()], record
 
 
@@ -258,9 +353,26 @@ def split_record(data: bytes) -> tuple[bytes, dict[str, Any]]:
 
 
 def schema_name_for(fp: bytes) -> str | None:
-    """Return the name of the schema whose 8-byte fingerprint is ``fp``, or None."""
+    """Return the name of the schema whose 8-byte fingerprint is ``fp``, or None (current
+    and earlier versions alike)."""
     schema = BY_FINGERPRINT.get(bytes(fp))
     return None if schema is None else schema.name
+
+
+def record_fingerprint_for(capture_fp: bytes) -> bytes:
+    """The EvidenceRecord fingerprint a CaptureEvent under ``capture_fp`` is sealed with: the
+    same contract version (a 2.0 capture becomes a 2.0 record, byte for byte)."""
+    return RECORD_FOR_CAPTURE[bytes(capture_fp)]
+
+
+def _capture_schema(data: bytes, start: int) -> _Loaded:
+    # The CaptureEvent version named by the message's header; the current one for a body
+    # without a header (or with another schema's).
+    if start >= _HEADER_SIZE:
+        found = BY_FINGERPRINT.get(bytes(data[start - 8:start]))
+        if found is not None and found.name == "CaptureEvent":
+            return found
+    return SCHEMAS["CaptureEvent"]
 
 
 def read_body(data: bytes, start: int = _HEADER_SIZE) -> tuple[dict[str, Any], int]:
@@ -268,22 +380,24 @@ def read_body(data: bytes, start: int = _HEADER_SIZE) -> tuple[dict[str, Any], i
 
     Raises ``TruncatedError`` (a ``DecodeError``) when the bytes ran out before the body
     did, and ``DecodeError`` for any other malformed body. Trailing bytes and digest sizes
-    (``wrong_size_digest``) are the caller's to judge (``end < len(data)``).
+    (``wrong_size_digest``) are the caller's to judge (``end < len(data)``). The body is
+    read with the CaptureEvent version the header before ``start`` names (an earlier
+    one's dict lacks the fields added since).
     """
     data = _as_bytes(data)
     fo = io.BytesIO(data)
     fo.seek(start)
     try:
-        record = fastavro.schemaless_reader(fo, SCHEMAS["CaptureEvent"].parsed, None)
+        record = fastavro.schemaless_reader(fo, _capture_schema(data, start).parsed, None)
     except Exception as e:
         # The reader consumed everything and still wanted more: a cut-off message, told
         # apart from garbage by where the reader stopped, not by the error's text.
         cls = TruncatedError if fo.tell() >= len(data) else DecodeError
-        raise cls(f"malformed CaptureEvent body: {type(e).__name__}: {e}") from e
+        # The text goes into a rejection's reason: the same bytes must give the same text,
+        # so the object address fastavro's messages can carry ("<... at 0x7f...>") goes.
+        text = _ADDRESS.sub(" at 0x…>", str(e))
+        raise cls(f"malformed CaptureEvent body: {type(e).__name__}: {text}") from e
     return record, fo.tell()
-
-
-_CANONICAL_CAPTURE = _FAST["CaptureEvent"]
 
 
 def read_canonical_body(data: bytes, start: int = _HEADER_SIZE) -> tuple[dict[str, Any], int] | None:
@@ -294,36 +408,25 @@ def read_canonical_body(data: bytes, start: int = _HEADER_SIZE) -> tuple[dict[st
     or None when that cannot be shown (non-canonical, truncated, malformed: take
     ``read_body`` and ``canonical_body_bytes`` to find out which). See ``schemas._fastread``.
     """
-    if _CANONICAL_CAPTURE is None:  # pragma: no cover - only if the schema outgrew the reader
+    data = _as_bytes(data)
+    fast = _FAST_BY_FP.get(_capture_schema(data, start).fingerprint)
+    if fast is None:  # pragma: no cover - only if the schema outgrew the reader
         return None
-    return _CANONICAL_CAPTURE(_as_bytes(data), start)
+    return fast(data, start)
 
 
-def canonical_body_bytes(body: dict[str, Any]) -> bytes:
+def canonical_body_bytes(body: dict[str, Any], capture_fp: bytes | None = None) -> bytes:
     """Return the Avro binary of a CaptureEvent dict that came from ``read_body``/``decode``.
 
     No validation (the values came out of the decoder, so they fit the schema); for dicts
     built by hand use ``body_bytes``. Avro binary written by fastavro is canonical: minimal
-    varints and each non-empty array as one block.
+    varints and each non-empty array as one block. ``capture_fp`` names the CaptureEvent
+    version the body was read with (default: the current one).
     """
+    schema = SCHEMAS["CaptureEvent"] if capture_fp is None else BY_FINGERPRINT[bytes(capture_fp)]
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, SCHEMAS["CaptureEvent"].parsed, body)
+    fastavro.schemaless_writer(out, schema.parsed, body)
     return out.getvalue()
-
-
-_SMALL_VARINTS = tuple(bytes([z]) for z in range(0x80))
-
-
-def _varint_long(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)  # zig-zag; also right for Avro int, whose values fit in 32 bits
-    if z < 0x80:
-        return _SMALL_VARINTS[z]
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def _avro_string(s: str) -> bytes:
@@ -351,7 +454,8 @@ def _check_int(name: str, v: object, lo: int, hi: int) -> None:
     raise EncodeError(f"Seal.{name} must be an int in [{lo}, {hi}], got {v!r}")
 
 
-def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
+def encode_sealed(body_avro: bytes, seal: dict[str, Any],
+                  record_fp: bytes | None = None) -> bytes:
     """Return the single-object EvidenceRecord whose body is the Avro binary ``body_avro``.
 
     ``body`` is EvidenceRecord's first field, so the record's Avro binary is ``body_avro``
@@ -359,7 +463,8 @@ def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
     of longs, ints, two 32-byte digests as Avro bytes and three strings). The result is
     byte-identical to ``encode("EvidenceRecord", {"body": ..., "seal": seal})`` when
     ``body_avro`` is the canonical binary of that body. Raises ``EncodeError`` for a seal
-    that does not fit, a digest of any length but 32 included.
+    that does not fit, a digest of any length but 32 included. ``record_fp`` is the
+    EvidenceRecord version (``record_fingerprint_for`` the capture's; default: current).
     """
     try:
         seq, occurred_at = seal["seq"], seal["occurred_at"]
@@ -381,7 +486,8 @@ def encode_sealed(body_avro: bytes, seal: dict[str, Any]) -> bytes:
             if not isinstance(v, (bytes, bytearray)) or len(v) != DIGEST_SIZE:
                 raise EncodeError(f"Seal.{name} must be exactly {DIGEST_SIZE} bytes")
         parts = [
-            _EVIDENCE_RECORD_HEADER, _as_bytes(body_avro),
+            _EVIDENCE_RECORD_HEADER if record_fp is None else MARKER + bytes(record_fp),
+            _as_bytes(body_avro),
             _varint_long(seq), _varint_long(occurred_at),
             _DIGEST_LENGTH, bytes(prev), _DIGEST_LENGTH, bytes(digest),
             _writer_identity(w["writer_id"], w["transactional_id"], w["version"]),

@@ -47,12 +47,23 @@ consistency proofs) and verified with the algorithms of §2.1.3.2 and §2.1.4.2,
 with ``ProofError``. :class:`MerkleTree` holds every perfect subtree hash (2n hashes) and
 answers the root, inclusion and consistency proofs of any size up to its own in O(log n)
 hashes each; :class:`CompactRange` is the writer's O(log n) state: append leaves, read the root.
+
+Stored trees. A reader that keeps every perfect subtree hash in a table (the projections'
+``tree_nodes``: ``(level, index) -> hash``, level 0 the leaf hashes, ``(h, i)`` covering
+leaves ``[i * 2**h, (i + 1) * 2**h)``) answers with :func:`root_from`,
+:func:`inclusion_proof_from` and :func:`consistency_proof_from` over a ``lookup(level,
+index)`` callback: O(log n) lookups for a perfect range, O(log^2 n) at most for the ragged
+right edge. Which nodes a call reads depends on the sizes only, never on the hashes, so
+:func:`root_nodes`, :func:`inclusion_nodes` and :func:`consistency_nodes` say beforehand what
+to fetch in one query; :meth:`CompactRange.extend_nodes` returns the nodes an append
+completes, which is what such a table gains per batch. :class:`MerkleTree` is the same
+functions over its own levels.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .codec import decode
 from .digests import DIGEST_SIZE
@@ -63,13 +74,22 @@ __all__ = [
     "HASH_SIZE",
     "LEAF_LABEL",
     "CompactRange",
+    "Lookup",
     "MerkleTree",
+    "Node",
     "ProofError",
     "compose_leaf_input",
+    "consistency_nodes",
+    "consistency_proof_from",
+    "inclusion_nodes",
+    "inclusion_proof_from",
     "leaf_hash",
     "leaf_input",
     "node_hash",
+    "range_nodes",
     "record_leaf_hash",
+    "root_from",
+    "root_nodes",
     "tree_root",
     "verify_consistency",
     "verify_inclusion",
@@ -171,45 +191,18 @@ class MerkleTree:
         """The hash of leaf ``index``."""
         return self._levels[0][index]
 
-    def _size_arg(self, size: int | None, lowest: int) -> int:
-        if size is None:
-            return self.size
-        if not isinstance(size, int) or isinstance(size, bool) or not lowest <= size <= self.size:
-            raise ValueError(f"size must be an int in [{lowest}, {self.size}], got {size!r}")
-        return size
-
-    def _subtree(self, lo: int, hi: int) -> bytes:
-        # Every range asked for starts at a multiple of the power of two at or above its length
-        # (true of [0, size) and kept by each split), so a power-of-two range is one stored node.
-        n = hi - lo
-        if n & (n - 1) == 0:
-            height = n.bit_length() - 1
-            return self._levels[height][lo >> height]
-        k = _split(n)
-        return node_hash(self._subtree(lo, lo + k), self._subtree(lo + k, hi))
+    def _lookup(self, level: int, index: int) -> bytes:
+        return self._levels[level][index]
 
     def root(self, size: int | None = None) -> bytes:
         """The root of the first ``size`` leaves (default: all); ``EMPTY_ROOT`` for 0."""
-        size = self._size_arg(size, 0)
-        return EMPTY_ROOT if size == 0 else self._subtree(0, size)
+        return root_from(self.size if size is None else _bounded("size", size, 0, self.size),
+                         self._lookup)
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
         """The RFC 9162 inclusion path of leaf ``index`` in the tree of ``size`` leaves."""
-        size = self._size_arg(size, 1)
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < size:
-            raise ValueError(f"index must be an int in [0, {size}), got {index!r}")
-        path = []
-        lo, hi = 0, size
-        while hi - lo > 1:  # top-down; RFC 9162 lists the path bottom-up, hence the reverse
-            k = _split(hi - lo)
-            if index < lo + k:
-                path.append(self._subtree(lo + k, hi))
-                hi = lo + k
-            else:
-                path.append(self._subtree(lo, lo + k))
-                lo += k
-        path.reverse()
-        return path
+        size = self.size if size is None else _bounded("size", size, 1, self.size)
+        return inclusion_proof_from(index, size, self._lookup)
 
     def consistency_proof(self, first: int, second: int | None = None) -> list[bytes]:
         """The RFC 9162 consistency proof from the tree of ``first`` leaves to ``second``.
@@ -217,24 +210,122 @@ class MerkleTree:
         ``0 < first <= second``: a proof from the empty tree proves nothing, and verifiers
         (RFC 9162 §2.1.4.2, transparency-dev/merkle) reject it.
         """
-        second = self._size_arg(second, 1)
-        if not isinstance(first, int) or isinstance(first, bool) or not 0 < first <= second:
-            raise ValueError(f"first must be an int in [1, {second}], got {first!r}")
-        proof = []
-        lo, hi, whole = 0, second, True  # whole: SUBPROOF's b, "D[lo:hi] is the whole tree"
-        while first - lo != hi - lo:
-            k = _split(hi - lo)
-            if first - lo <= k:
-                proof.append(self._subtree(lo + k, hi))
-                hi = lo + k
-            else:
-                proof.append(self._subtree(lo, lo + k))
-                lo += k
-                whole = False
-        if not whole:  # SUBPROOF(m, D[m], false) = {MTH(D[m])}
-            proof.append(self._subtree(lo, hi))
-        proof.reverse()
-        return proof
+        second = self.size if second is None else _bounded("size", second, 1, self.size)
+        return consistency_proof_from(first, second, self._lookup)
+
+
+# --- Roots and proofs over stored perfect subtrees ------------------------------------------
+
+Node = tuple[int, int]
+"""A perfect subtree's position: ``(level, index)``, covering leaves
+``[index * 2**level, (index + 1) * 2**level)``."""
+
+Lookup = Callable[[int, int], bytes]
+"""``lookup(level, index)`` -> the hash of that perfect subtree (level 0: the leaf hash)."""
+
+
+def _bounded(name: str, value: object, lowest: int, highest: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not lowest <= value <= highest:
+        raise ValueError(f"{name} must be an int in [{lowest}, {highest}], got {value!r}")
+    return value
+
+
+def _subtree(lookup: Lookup, lo: int, hi: int) -> bytes:
+    # Every range asked for starts at a multiple of the power of two at or above its length
+    # (true of [0, size) and kept by each split), so a power-of-two range is one stored node
+    # and any other is split into at most log2(n) of them.
+    n = hi - lo
+    if n & (n - 1) == 0:
+        height = n.bit_length() - 1
+        return lookup(height, lo >> height)
+    k = _split(n)
+    return node_hash(_subtree(lookup, lo, lo + k), _subtree(lookup, lo + k, hi))
+
+
+def root_from(size: int, lookup: Lookup) -> bytes:
+    """The root (RFC 9162 MTH) of the first ``size`` leaves; ``EMPTY_ROOT`` for 0."""
+    size = _bounded("size", size, 0, _MAX_SIZE - 1)
+    return EMPTY_ROOT if size == 0 else _subtree(lookup, 0, size)
+
+
+def inclusion_proof_from(index: int, size: int, lookup: Lookup) -> list[bytes]:
+    """The RFC 9162 inclusion path (leaf up) of leaf ``index`` in the tree of ``size`` leaves."""
+    size = _bounded("size", size, 1, _MAX_SIZE - 1)
+    index = _bounded("index", index, 0, size - 1)
+    path = []
+    lo, hi = 0, size
+    while hi - lo > 1:  # top-down; RFC 9162 lists the path bottom-up, hence the reverse
+        k = _split(hi - lo)
+        if index < lo + k:
+            path.append(_subtree(lookup, lo + k, hi))
+            hi = lo + k
+        else:
+            path.append(_subtree(lookup, lo, lo + k))
+            lo += k
+    path.reverse()
+    return path
+
+
+def consistency_proof_from(first: int, second: int, lookup: Lookup) -> list[bytes]:
+    """The RFC 9162 consistency proof from the tree of ``first`` leaves to ``second``.
+
+    ``0 < first <= second`` (equal sizes: the empty proof).
+    """
+    second = _bounded("second", second, 1, _MAX_SIZE - 1)
+    first = _bounded("first", first, 1, second)
+    proof = []
+    lo, hi, whole = 0, second, True  # whole: SUBPROOF's b, "D[lo:hi] is the whole tree"
+    while first - lo != hi - lo:
+        k = _split(hi - lo)
+        if first - lo <= k:
+            proof.append(_subtree(lookup, lo + k, hi))
+            hi = lo + k
+        else:
+            proof.append(_subtree(lookup, lo, lo + k))
+            lo += k
+            whole = False
+    if not whole:  # SUBPROOF(m, D[m], false) = {MTH(D[m])}
+        proof.append(_subtree(lookup, lo, hi))
+    proof.reverse()
+    return proof
+
+
+def _recorded(compute: Callable[[Lookup], object]) -> list[Node]:
+    seen: dict[Node, None] = {}
+
+    def record(level: int, index: int) -> bytes:
+        seen[(level, index)] = None
+        return EMPTY_ROOT  # any 32 bytes: which nodes are read never depends on their hashes
+
+    compute(record)
+    return list(seen)
+
+
+def root_nodes(size: int) -> list[Node]:
+    """The nodes :func:`root_from` reads for ``size`` (those of :func:`range_nodes`)."""
+    return _recorded(lambda lookup: root_from(size, lookup))
+
+
+def inclusion_nodes(index: int, size: int) -> list[Node]:
+    """The nodes :func:`inclusion_proof_from` reads, in the order it first reads them."""
+    return _recorded(lambda lookup: inclusion_proof_from(index, size, lookup))
+
+
+def consistency_nodes(first: int, second: int) -> list[Node]:
+    """The nodes :func:`consistency_proof_from` reads, in the order it first reads them."""
+    return _recorded(lambda lookup: consistency_proof_from(first, second, lookup))
+
+
+def range_nodes(size: int) -> list[Node]:
+    """The perfect subtrees that make up leaves ``[0, size)``, largest first: one per set bit
+    of ``size``, the positions of :attr:`CompactRange.nodes`."""
+    size = _bounded("size", size, 0, _MAX_SIZE - 1)
+    out, lo = [], 0
+    for level in range(size.bit_length() - 1, -1, -1):
+        if size >> level & 1:
+            out.append((level, lo >> level))
+            lo += 1 << level
+    return out
 
 
 class CompactRange:
@@ -265,21 +356,45 @@ class CompactRange:
         """The perfect subtree roots, largest (leftmost) first."""
         return tuple(self._nodes)
 
-    def append(self, leaf_hash: bytes) -> None:
-        """Append one leaf by its hash (``leaf_hash(leaf_input)``)."""
-        if len(leaf_hash) != HASH_SIZE:
+    @classmethod
+    def from_lookup(cls, size: int, lookup: Lookup) -> "CompactRange":
+        """The range of ``size`` leaves read from stored perfect subtrees (:func:`range_nodes`)."""
+        return cls(size, [lookup(level, index) for level, index in range_nodes(size)])
+
+    def _append(self, leaf_hash: bytes, made: list[tuple[int, int, bytes]] | None) -> None:
+        if not isinstance(leaf_hash, (bytes, bytearray)) or len(leaf_hash) != HASH_SIZE:
             raise ValueError(f"a leaf hash is {HASH_SIZE} bytes")
-        node, size = bytes(leaf_hash), self._size
+        if self._size + 1 >= _MAX_SIZE:
+            raise ValueError("a tree holds fewer than 2**64 leaves")
+        node, size, level = bytes(leaf_hash), self._size, 0
+        if made is not None:
+            made.append((0, self._size, node))
         while size & 1:  # each trailing set bit is a subtree of the new node's height: merge
             node = node_hash(self._nodes.pop(), node)
             size >>= 1
+            level += 1
+            if made is not None:
+                made.append((level, self._size >> level, node))
         self._nodes.append(node)
         self._size += 1
+
+    def append(self, leaf_hash: bytes) -> None:
+        """Append one leaf by its hash (``leaf_hash(leaf_input)``)."""
+        self._append(leaf_hash, None)
 
     def extend(self, leaf_hashes: Iterable[bytes]) -> None:
         """Append several leaves in order."""
         for h in leaf_hashes:
-            self.append(h)
+            self._append(h, None)
+
+    def extend_nodes(self, leaf_hashes: Iterable[bytes]) -> list[tuple[int, int, bytes]]:
+        """Append leaves in order; return every perfect subtree they complete, as
+        ``(level, index, hash)`` (each leaf itself at level 0): what a table of all perfect
+        subtree hashes gains."""
+        made: list[tuple[int, int, bytes]] = []
+        for h in leaf_hashes:
+            self._append(h, made)
+        return made
 
     def root(self) -> bytes:
         """The tree head of the leaves so far (``EMPTY_ROOT`` when there are none)."""

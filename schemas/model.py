@@ -31,12 +31,14 @@ __all__ = [
     "valid_stream_id",
 ]
 
-SCHEMA_VERSION = "2.0"
-"""The ``schema_version`` this package writes."""
+SCHEMA_VERSION = "2.1"
+"""The ``schema_version`` this package writes: 2.1 added ``encryption`` (with an Avro default,
+so a 2.0 producer's captures are still sealed, as 2.0 records)."""
 
-SUPPORTED_SCHEMA_VERSIONS = frozenset({"2.0"})
+SUPPORTED_SCHEMA_VERSIONS = frozenset({"2.0", "2.1"})
 """Every ``schema_version`` this package can read and seal. A 1.0 capture never gets as far
-as its version: its schema fingerprint is not one of ours (``UNKNOWN_FINGERPRINT``)."""
+as its version: its schema fingerprint is not one of ours (``UNKNOWN_FINGERPRINT``). Only a
+2.1 capture may be encrypted."""
 
 STREAM_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """A stream id: 1 to 128 of ASCII letters, digits, ``.``, ``_``, ``:`` and ``-``."""

@@ -65,6 +65,7 @@ __all__ = [
     "parse_skey",
     "parse_vkey",
     "sign",
+    "stream_origin",
     "valid_key_name",
     "verify",
 ]
@@ -390,19 +391,38 @@ def parse_checkpoint(text: str) -> Checkpoint:
     return Checkpoint(origin, int(size), root, tuple(extensions))
 
 
+def stream_origin(log_name: str, stream: str) -> str:
+    """Return the origin of a stream's checkpoints: ``<log name>/<stream>``.
+
+    Each stream is a log of its own (its own tree); the log key, named ``log_name``, signs
+    them all, so an origin is the key's name, a slash, and the stream id (which holds no
+    space or ``+``, so the origin is a valid line and key-name-like text).
+    """
+    origin = f"{log_name}/{stream}"
+    if not valid_key_name(log_name) or not valid_key_name(origin) or not stream:
+        raise NoteError(f"no checkpoint origin for log {log_name!r} and stream {stream!r}")
+    return origin
+
+
 def open_checkpoint(data: bytes | str, log_key: VerifierKey,
-                    cosigners: Iterable[VerifierKey] = ()) -> tuple[Checkpoint, Note]:
+                    cosigners: Iterable[VerifierKey] = (),
+                    origin: str | None = None) -> tuple[Checkpoint, Note]:
     """Verify a signed checkpoint: the log's signature is required, cosignatures counted.
 
-    Raises ``NoteError`` unless ``log_key`` signed the note, its name is the origin (the
-    spec's SHOULD, made a must for our logs) and every signature of a known cosigner
-    verifies. ``Note.verified`` lists the log's signature and each verified cosigner's.
+    Raises ``NoteError`` unless ``log_key`` signed the note, its origin is ``origin`` when
+    given, else the log key's name or a log under it (``<key name>/<stream>``, see
+    :func:`stream_origin`; the spec's "key name SHOULD be the origin", made a must for our
+    logs), and every signature of a known cosigner verifies. ``Note.verified`` lists the
+    log's signature and each verified cosigner's.
     """
     note = open_note(data, [log_key, *cosigners])
     if (log_key.name, log_key.key_id) not in {(s.name, s.key_id) for s in note.verified}:
         raise NoteError(f"the checkpoint is not signed by {log_key.name}+{log_key.key_id:08x}")
     cp = parse_checkpoint(note.text)
-    if cp.origin != log_key.name:
+    if origin is not None:
+        if cp.origin != origin:
+            raise NoteError(f"checkpoint origin {cp.origin!r} is not {origin!r}")
+    elif cp.origin != log_key.name and not cp.origin.startswith(log_key.name + "/"):
         raise NoteError(f"checkpoint origin {cp.origin!r} is not the log key's name "
-                        f"{log_key.name!r}")
+                        f"{log_key.name!r} nor a log under it")
     return cp, note

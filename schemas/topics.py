@@ -37,8 +37,22 @@ class TopicNames:
     def rejected(self) -> str:
         return f"{self.prefix}.rejected"
 
-    def all(self) -> tuple[str, str, str, str]:
-        return (self.intake, self.log, self.writer_state, self.rejected)
+    @property
+    def checkpoints(self) -> str:
+        """Signed checkpoints and witness cosignatures, keyed by stream, on the stream's
+        partition; like the log, never compacted and never expired."""
+        return f"{self.prefix}.checkpoints"
+
+    @property
+    def erasures(self) -> str:
+        """The writer's signed erasure receipts (``evidence_contract.erasure``), keyed by
+        request id, on the request's intake partition; like the log, never compacted and
+        never expired: the erasure itself is evidence."""
+        return f"{self.prefix}.erasures"
+
+    def all(self) -> tuple[str, str, str, str, str, str]:
+        return (self.intake, self.log, self.writer_state, self.rejected, self.checkpoints,
+                self.erasures)
 
 
 def murmur2(data: bytes) -> int:

@@ -94,6 +94,7 @@ def committed_event() -> dict[str, Any]:
             "started_at": _T0,
             "duration_us": 812_345,
         },
+        "encryption": None,
     }
 
 
@@ -140,6 +141,7 @@ def failed_event() -> dict[str, Any]:
             "started_at": _T0 + 1_000_000,
             "duration_us": 250_000,
         },
+        "encryption": None,
     }
 
 
@@ -190,6 +192,7 @@ def truncated_event() -> dict[str, Any]:
             "started_at": _T0 + 2_000_000,
             "duration_us": 400_000,
         },
+        "encryption": None,
     }
 
 
@@ -198,6 +201,82 @@ def sealed_records() -> tuple[dict[str, Any], dict[str, Any]]:
     first = seal(committed_event(), 0, digests.GENESIS, _T0 + 900_000, _WRITER, 0, 0)
     second = seal(failed_event(), 1, first["seal"]["record_digest"], _T0 + 1_300_000, _WRITER, 0, 1)
     return first, second
+
+
+# Fixed key material of the sealed-content vectors (record contract 2.1): never use outside tests.
+SEALED_DATA_KEY = bytes(range(32))
+SEALED_KEY_ID = "00112233445566778899aabbccddeeff"
+SEALED_KEK = bytes(range(0x20, 0x40))
+
+
+def _counting_nonces() -> Any:
+    n = iter(range(1, 1 << 32))
+    return lambda: next(n).to_bytes(12, "big")
+
+
+def encrypted_event() -> dict[str, Any]:
+    """committed_event() sealed under SEALED_DATA_KEY: keyed commitments over the same
+    plaintexts, each content field an envelope, nonces 1, 2, 3, ... (never do that with a
+    real key: a nonce must never repeat under one key)."""
+    from .sealing import SubjectKeys, seal_body
+
+    keys = SubjectKeys(SEALED_KEY_ID, SEALED_DATA_KEY)
+    plain = committed_event()
+    keyed = {**plain,
+             "content_key": keys.content_key(plain["request_bytes"]),
+             "response_digest": keys.response_digest(plain["response_bytes"]),
+             "input_digest": keys.input_digest(plain["input_bytes"]),
+             "prompt_digest": keys.prompt_digest(plain["prompt_bytes"]),
+             "retrieval": [{**c, "chunk_digest": keys.chunk_digest(c["chunk_bytes"])}
+                           for c in plain["retrieval"]],
+             "output_digest": keys.output_digest("Hi!")}
+    return seal_body(keyed, keys, _counting_nonces())
+
+
+def _sealed_vectors() -> dict[str, Any]:
+    from . import envelope
+    from .sealing import SubjectKeys, derive, wrap_key
+
+    keys = SubjectKeys(SEALED_KEY_ID, SEALED_DATA_KEY)
+    commitments = {
+        kind: [{"input_hex": b.hex(), "commitment_hex": getattr(keys, kind)(b).hex()}
+               for b in _BYTE_INPUTS]
+        for kind in ("content_key", "response_digest", "input_digest", "prompt_digest",
+                     "chunk_digest")}
+    commitments["output_digest"] = [
+        {"input_text": s, "commitment_hex": keys.output_digest(s).hex()} for s in _TEXT_INPUTS]
+    nonce = bytes(range(12))
+    env = keys.seal(_RESPONSE_1, "tenant-a:support.chat", "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+                    "response_bytes", nonce)
+    sealed = encrypted_event()
+    return {
+        "description": (
+            "Sealed content (contract 2.1, scheme " + envelope.SCHEME + "). aead_key and "
+            "commitment_key are HKDF-SHA-256(data_key, salt empty, info) with the infos given; "
+            "a commitment is HMAC-SHA-256(commitment_key, prefix || input); an envelope is "
+            "01 || key_id || nonce || AES-256-GCM(aead_key, nonce, plaintext, aad); "
+            "wrapped_data_key is AES key wrap (RFC 3394) of data_key under kek."),
+        "data_key_hex": SEALED_DATA_KEY.hex(),
+        "key_id": SEALED_KEY_ID,
+        "aead_info": envelope.AEAD_INFO.decode(),
+        "aead_key_hex": derive(SEALED_DATA_KEY, envelope.AEAD_INFO).hex(),
+        "commitment_info": envelope.COMMITMENT_INFO.decode(),
+        "commitment_key_hex": derive(SEALED_DATA_KEY, envelope.COMMITMENT_INFO).hex(),
+        "commitment_prefixes_hex": {k: v.hex() for k, v in envelope.COMMITMENT_PREFIXES.items()},
+        "commitments": commitments,
+        "envelope": {
+            "plaintext_hex": _RESPONSE_1.hex(), "stream": "tenant-a:support.chat",
+            "event_id": "017f22e2-79b0-7cc3-98c4-dc0c0c07398f", "field": "response_bytes",
+            "nonce_hex": nonce.hex(),
+            "aad_hex": envelope.associated_data(env[:envelope.HEADER_SIZE], "tenant-a:support.chat",
+                                                "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+                                                "response_bytes").hex(),
+            "envelope_hex": env.hex(),
+        },
+        "kek_hex": SEALED_KEK.hex(),
+        "wrapped_data_key_hex": wrap_key(SEALED_KEK, SEALED_DATA_KEY).hex(),
+        "capture": _record_vector("capture_committed_encrypted", "CaptureEvent", sealed),
+    }
 
 
 def to_jsonable(value: Any) -> Any:
@@ -251,7 +330,7 @@ def build() -> dict[str, Any]:
     first, second = sealed_records()
     return {
         "description": (
-            "evidence-store record contract 2.0 test vectors. Digests are sha256(prefix || input), "
+            "evidence-store record contract 2.1 test vectors. Digests are sha256(prefix || input), "
             "exactly 32 bytes; encodings are Avro single-object (c3 01, 8-byte little-endian "
             "CRC-64-AVRO fingerprint, Avro binary). Bytes values are lowercase hex."
         ),
@@ -270,6 +349,7 @@ def build() -> dict[str, Any]:
             _record_vector("evidence_seq1_from_genesis", "EvidenceRecord", first),
             _record_vector("evidence_seq2_chained", "EvidenceRecord", second),
         ],
+        "sealed": _sealed_vectors(),
     }
 
 

@@ -5,28 +5,38 @@
 - :func:`config_problems` — how an existing topic differs from its spec (pure).
 - :func:`ensure_topics` / :func:`check_topics` — create or verify them with the AdminClient
   (``topics.admin``, the only module here that imports confluent-kafka).
-- :class:`TopicConfigError` — an existing topic has the wrong partitions or configs.
+- :class:`TopicConfigError` — an existing topic has the wrong partitions or configs;
+  :class:`TopicPartitionsError` (a subclass) when the partition count differs, which is never
+  fixed in place (:data:`PARTITION_MIGRATION`; :func:`topics_error` builds either, pure).
 """
 
 from topics.admin import check_topics, ensure_topics
 from topics.spec import (
     MIB,
+    PARTITION_MIGRATION,
     TopicConfigError,
     TopicNames,
+    TopicPartitionsError,
     TopicSettings,
     TopicSpec,
     config_problems,
+    partition_mismatches,
     topic_specs,
+    topics_error,
 )
 
 __all__ = [
     "MIB",
+    "PARTITION_MIGRATION",
     "TopicConfigError",
     "TopicNames",
+    "TopicPartitionsError",
     "TopicSettings",
     "TopicSpec",
     "check_topics",
     "config_problems",
     "ensure_topics",
+    "partition_mismatches",
     "topic_specs",
+    "topics_error",
 ]

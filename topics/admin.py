@@ -3,7 +3,8 @@
 Creation is idempotent: a topic that exists is left alone and checked instead. A topic that
 exists with the wrong configs is never altered silently: for the record topic a wrong
 ``cleanup.policy`` or retention would be a loss of evidence someone chose, so it is reported
-loudly and start-up stops.
+loudly and start-up stops. A wrong partition count is a :class:`~topics.spec.TopicPartitionsError`
+with the migration spelled out, because altering it in place would move streams.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from topics.spec import TopicConfigError, TopicSettings, TopicSpec, config_problems, topic_specs
+from topics.spec import TopicSettings, TopicSpec, config_problems, topic_specs, topics_error
 
 
 def _admin(bootstrap: str) -> AdminClient:
@@ -73,6 +74,7 @@ def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
     metadata = admin.list_topics(timeout=timeout).topics
     problems: list[str] = []
     present = [s for s in specs if s.name in metadata]
+    counts = {s.name: len(metadata[s.name].partitions) for s in present}
     problems += [f"{s.name}: topic does not exist" for s in specs if s.name not in metadata]
     if present:
         resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in present]
@@ -80,10 +82,7 @@ def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
         by_name = {r.name: fut.result() for r, fut in results.items()}
         for s in present:
             actual = {k: v.value for k, v in by_name[s.name].items()}
-            problems += config_problems(s, len(metadata[s.name].partitions), actual)
-    if problems:
-        raise TopicConfigError(
-            "Kafka topics do not have the configuration evidence-store requires:\n  "
-            + "\n  ".join(problems)
-            + "\nFix them with kafka-configs, or use another EVIDENCE_TOPIC_PREFIX."
-        )
+            problems += config_problems(s, counts[s.name], actual)
+    error = topics_error(specs, counts, problems)
+    if error is not None:
+        raise error

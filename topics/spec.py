@@ -24,6 +24,14 @@ class TopicConfigError(EvidenceError):
     """An existing topic's partitions or configs differ from what evidence-store requires."""
 
 
+class TopicPartitionsError(TopicConfigError):
+    """An existing topic's partition count differs from the configured one.
+
+    Never fixed in place: a stream's partition is murmur2(stream id) mod the count, so another
+    count moves streams to other partitions, mid-chain (see :data:`PARTITION_MIGRATION`).
+    """
+
+
 @dataclass(frozen=True)
 class TopicSettings:
     """Tunable numbers; :meth:`from_env` reads ``EVIDENCE_*`` overrides."""
@@ -63,7 +71,7 @@ class TopicSpec:
 
 
 def topic_specs(settings: TopicSettings) -> list[TopicSpec]:
-    """The four topics, in the order they are created."""
+    """The six topics, in the order they are created."""
     n = settings.names
     forever = {"retention.ms": "-1", "retention.bytes": "-1"}
     return [
@@ -105,7 +113,82 @@ def topic_specs(settings: TopicSettings) -> list[TopicSpec]:
                 "max.message.bytes": str(settings.rejected_max_message_bytes),
             },
         ),
+        TopicSpec(
+            n.checkpoints,
+            settings.partitions,
+            settings.replication_factor,
+            {
+                "cleanup.policy": "delete",
+                **forever,
+                "unclean.leader.election.enable": "false",
+            },
+        ),
+        TopicSpec(
+            n.erasures,
+            settings.partitions,
+            settings.replication_factor,
+            {
+                "cleanup.policy": "delete",
+                **forever,
+                "unclean.leader.election.enable": "false",
+            },
+        ),
     ]
+
+
+PARTITION_MIGRATION = (
+    "A stream's partition is murmur2(stream id) mod the partition count, so another count "
+    "moves streams: a stream's next records would land on another partition, under another "
+    "writer than its earlier ones, breaking per-partition single-writer order and its hash "
+    "chain. evidence-store never changes the count in place: do not run "
+    "`kafka-topics --alter --partitions` on these topics. To change the count, migrate: "
+    "create topics under a new EVIDENCE_TOPIC_PREFIX with the new count and replay/copy the "
+    "record into them, keeping the old topics read-only (docs/sizing.md, "
+    "\"Changing the partition count\")."
+)
+
+
+def partition_mismatches(specs: list[TopicSpec], counts: dict[str, int]) -> dict[str, int]:
+    """The existing topics (``counts``: name -> partitions) whose count is not their spec's."""
+    return {s.name: counts[s.name] for s in specs
+            if s.name in counts and counts[s.name] != s.partitions}
+
+
+def topics_error(specs: list[TopicSpec], counts: dict[str, int],
+                 problems: list[str]) -> TopicConfigError | None:
+    """The one error for everything wrong with the existing topics, or ``None``.
+
+    ``counts`` holds each existing topic's partition count, ``problems`` every line from
+    :func:`config_problems` and the missing topics. A partition-count mismatch is its own
+    :class:`TopicPartitionsError`, naming each topic with its count and the migration, because
+    the usual fix for a wrong config (alter it) is the one thing that must not be done.
+    """
+    if not problems:
+        return None
+    wrong = partition_mismatches(specs, counts)
+    if not wrong:
+        return TopicConfigError(
+            "Kafka topics do not have the configuration evidence-store requires:\n  "
+            + "\n  ".join(problems)
+            + "\nFix them with kafka-configs, or use another EVIDENCE_TOPIC_PREFIX."
+        )
+    expected = specs[0].partitions
+    have = sorted(set(counts.values()))
+    if len(have) == 1:
+        found = f"the existing topics have {have[0]}"
+        hint = f"To keep these topics, set EVIDENCE_TOPIC_PARTITIONS={have[0]}. "
+    else:
+        found = ("the existing topics disagree among themselves ("
+                 + ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) + ")")
+        hint = ("Topics under one prefix that disagree were changed or created by hand; "
+                "which count a stream's earlier records used must be established before "
+                "anything writes to them. ")
+    return TopicPartitionsError(
+        f"Kafka topics have a different partition count from the configured "
+        f"EVIDENCE_TOPIC_PARTITIONS={expected}; {found}:\n  "
+        + "\n  ".join(problems)
+        + "\n" + hint + PARTITION_MIGRATION
+    )
 
 
 def config_problems(spec: TopicSpec, partitions: int, actual: dict[str, str]) -> list[str]:

@@ -57,6 +57,13 @@ class WriterConfig:
     session_timeout_ms: int = 10_000
     metrics_port: int = 9464
     """Prometheus /metrics port; 0 disables the endpoint."""
+    log_signing_key_file: str | None = None
+    """The log's Ed25519 signer key (C2SP note signer key text, a file only its owner may
+    read); without it the writer signs no checkpoints."""
+    log_name: str = "evidence-store.local/log"
+    """The log's name: the signer key's name, and the prefix of every checkpoint origin."""
+    checkpoint_interval_s: float = 5.0
+    """The longest a stream that grew waits for its next signed checkpoint."""
 
     @property
     def instance_id(self) -> str:
@@ -93,6 +100,10 @@ class WriterConfig:
             raise ValueError("batch_linger_ms must be >= 0")
         if self.dedup_window_s < 1 or self.dedup_max_ids < 1:
             raise ValueError("the dedup window must be positive in time and count")
+        if not self.checkpoint_interval_s > 0:
+            raise ValueError("checkpoint_interval_s must be positive")
+        if not self.log_name:
+            raise ValueError("log_name must not be empty")
         if not self.transactional_id or not self.group_id:
             raise ValueError("transactional_id and group_id must not be empty")
 
@@ -110,4 +121,7 @@ _ENV = {
     "transaction_timeout_ms": ("EVIDENCE_WRITER_TRANSACTION_TIMEOUT_MS", int),
     "session_timeout_ms": ("EVIDENCE_WRITER_SESSION_TIMEOUT_MS", int),
     "metrics_port": ("EVIDENCE_WRITER_METRICS_PORT", int),
+    "log_signing_key_file": ("EVIDENCE_LOG_SIGNING_KEY_FILE", str),
+    "log_name": ("EVIDENCE_LOG_NAME", str),
+    "checkpoint_interval_s": ("EVIDENCE_CHECKPOINT_INTERVAL_S", float),
 }

@@ -31,11 +31,13 @@ from evidence_contract import (
     decode,
     encode,
     encode_sealed,
+    fingerprint,
     input_digest,
     prompt_digest,
     read_body,
     read_canonical_body,
     record_digest,
+    record_fingerprint_for,
     response_digest,
     schema_name_for,
     valid_event_id,
@@ -44,8 +46,12 @@ from evidence_contract import (
     wrong_size_digest,
 )
 from evidence_contract.codec import MARKER
+from evidence_contract.envelope import encrypted_body_problem
 from evidence_contract.chain import Head, Link, advance
 from evidence_contract.topics import partition_for
+from writer.checkpoints import StreamTree, Trees, TreeState, record_leaf
+from writer.erasures import Receipts
+from writer.native import kernel as native_kernel
 from writer.reasons import Reason
 
 __all__ = [
@@ -58,13 +64,17 @@ __all__ = [
     "Sealed",
     "Sealer",
     "decode_head",
+    "decode_head_state",
     "encode_head",
     "seal_capture",
+    "self_check",
     "validate",
 ]
 
 HEADROOM_BYTES = 64 * 1024
 """An intake value may use at most max_message_bytes minus this, so the seal always fits."""
+
+_CAPTURE_FP = fingerprint("CaptureEvent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +86,9 @@ class Capture:
     body: bytes
     reencoded: bool = False
     """True when the intake bytes were not canonical Avro and ``body`` is a re-encoding."""
+    record_fp: bytes | None = None
+    """The EvidenceRecord fingerprint to seal under when the capture is of an earlier
+    contract (2.0: sealed as a 2.0 record, never upgraded); None for the current one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +133,7 @@ def validate(value: bytes | None, key: bytes | None, max_message_bytes: int) -> 
     # bytes canonical, so they are sealed as they came, with no re-encoding to compare.
     fast = read_canonical_body(value)
     if fast is not None and fast[1] == len(value):
-        return _check_semantics(fast[0], value, key, canonical=True)
+        return _check_semantics(fast[0], value, key, canonical=True, fp=fp)
     # Slow path: anything the strict reader would not vouch for. fastavro says whether it is
     # malformed, truncated or merely not canonical (then it is re-encoded and repaired).
     try:
@@ -131,15 +144,16 @@ def validate(value: bytes | None, key: bytes | None, max_message_bytes: int) -> 
         return _reject(Reason.MALFORMED, str(e))
     if end != len(value):
         return _reject(Reason.MALFORMED, f"{len(value) - end} trailing bytes after the body")
-    return _check_semantics(body, value, key, canonical=False)
+    return _check_semantics(body, value, key, canonical=False, fp=fp)
 
 
 def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
-                     canonical: bool) -> Capture | Rejection:
-    """The rules of record contract 2.0 that Avro cannot express, in the order of ``Reason``.
+                     canonical: bool, fp: bytes) -> Capture | Rejection:
+    """The rules of record contract 2.1 that Avro cannot express, in the order of ``Reason``.
 
     Each is also written in the doc of the ``CaptureEvent.avsc`` field it concerns, so a
-    producer in another language can follow them from the schema alone.
+    producer in another language can follow them from the schema alone. A 2.0 capture
+    (``fp`` of ``avro/history/``) has no ``encryption`` and the same rules otherwise.
     """
     version = body["schema_version"]
     if version not in SUPPORTED_SCHEMA_VERSIONS:
@@ -170,23 +184,35 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
     missing = _missing_fields(body)
     if missing:
         return _reject(Reason.MISSING_FIELD, missing)
-    wrong = _wrong_length(body)
-    if wrong:
-        return _reject(Reason.LENGTH_MISMATCH, wrong)
-    mismatch = _digest_mismatch(body)
-    if mismatch:
-        return _reject(Reason.DIGEST_MISMATCH, mismatch)
+    encryption = body.get("encryption")
+    if encryption is not None:
+        # Sealed content: the keyed commitments cannot be recomputed without the subject's
+        # data key, which the writer never holds. What it can check is the shape: scheme,
+        # key id, every content field an envelope of that key, the plaintext lengths.
+        problem = encrypted_body_problem(body)
+        if not problem and version != "2.1":
+            problem = f"schema_version {version!r} has no encryption; an encrypted capture is 2.1"
+        if problem:
+            return _reject(Reason.BAD_ENCRYPTION, problem)
+    else:
+        wrong = _wrong_length(body)
+        if wrong:
+            return _reject(Reason.LENGTH_MISMATCH, wrong)
+        mismatch = _digest_mismatch(body)
+        if mismatch:
+            return _reject(Reason.DIGEST_MISMATCH, mismatch)
     # The sealed body must be the canonical Avro binary (record_digest covers it and any
     # other implementation must recompute the same bytes). The fast path has proved that
     # already; otherwise fastavro (which writes canonical Avro) re-encodes, which both
     # checks and, if needed, repairs the intake bytes.
     intake_body = value[HEADER_SIZE:]
+    record_fp = None if fp == _CAPTURE_FP else record_fingerprint_for(fp)
     if canonical:
-        return Capture(stream, event_id, intake_body)
-    reencoded = canonical_body_bytes(body)
+        return Capture(stream, event_id, intake_body, record_fp=record_fp)
+    reencoded = canonical_body_bytes(body, fp)
     if reencoded == intake_body:
-        return Capture(stream, event_id, intake_body)
-    return Capture(stream, event_id, reencoded, reencoded=True)
+        return Capture(stream, event_id, intake_body, record_fp=record_fp)
+    return Capture(stream, event_id, reencoded, reencoded=True, record_fp=record_fp)
 
 
 def _kept_despite_truncation(body: dict[str, Any]) -> str:
@@ -259,21 +285,38 @@ def _digest_mismatch(body: dict[str, Any]) -> str:
     return ""
 
 
-def encode_head(head: Head, log_partition: int) -> bytes:
-    """Return the WriterHead message for ``head`` (the log offset is unknown inside a txn)."""
+def encode_head(head: Head, log_partition: int, tree: TreeState | None = None) -> bytes:
+    """Return the WriterHead message for ``head`` and the stream's persisted ``tree`` (the
+    empty one by default); the log offset is unknown inside a transaction."""
+    tree = tree or TreeState()
     return encode("WriterHead", {
         "stream": head.stream, "seq": head.seq, "record_digest": head.digest,
         "occurred_at": head.occurred_at, "event_id": head.event_id,
         "log_partition": log_partition, "log_offset": None,
+        "tree_size": tree.tree_size, "tree_nodes": list(tree.nodes),
+        "checkpoint_size": tree.checkpoint_size,
     })
+
+
+def decode_head_state(data: bytes) -> tuple[Head, TreeState]:
+    """Return the Head and TreeState in a WriterHead message; ``DecodeError`` for anything
+    else, including a tree that cannot be the compact range it claims to be."""
+    name, rec = decode(data)
+    if name != "WriterHead":
+        raise DecodeError(f"expected a WriterHead, got a {name}")
+    head = Head(rec["stream"], rec["seq"], rec["record_digest"], rec["occurred_at"],
+                rec["event_id"])
+    tree = TreeState(rec["tree_size"], tuple(bytes(n) for n in rec["tree_nodes"]),
+                     rec["checkpoint_size"])
+    problem = tree.problem(head.seq)
+    if problem:
+        raise DecodeError(f"WriterHead of {head.stream!r}: {problem}")
+    return head, tree
 
 
 def decode_head(data: bytes) -> Head:
     """Return the Head in a WriterHead message; raises ``DecodeError`` for anything else."""
-    name, rec = decode(data)
-    if name != "WriterHead":
-        raise DecodeError(f"expected a WriterHead, got a {name}")
-    return Head(rec["stream"], rec["seq"], rec["record_digest"], rec["occurred_at"], rec["event_id"])
+    return decode_head_state(data)[0]
 
 
 def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str, str],
@@ -292,13 +335,37 @@ def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str
         "seq": seq, "occurred_at": occurred_at, "prev_digest": head.digest,
         "record_digest": digest, "writer": writer,
         "intake_partition": intake_partition, "intake_offset": intake_offset,
-    })
+    }, capture.record_fp)
     # The same chain step the projector and the auditor take over this record.
     new_head, finding = advance(head, Link(capture.stream, seq, head.digest, digest, occurred_at,
                                            capture.event_id))
     if finding is not None:  # cannot happen: seq = head + 1 and prev = head's digest
         raise AssertionError(f"the writer's own record does not chain: {finding.detail}")
     return record, new_head
+
+
+def self_check(mod: Any) -> str:
+    """Why the compiled seal path ``mod`` (``evidence_seal_native``) disagrees with this one on
+    the contract's committed vector, or "" when it seals it byte for byte the same."""
+    from evidence_contract.vectors import committed_event
+
+    event = committed_event()
+    value, key = encode("CaptureEvent", event), event["stream"].encode("utf-8")
+    writer = {"writer_id": "self-check", "transactional_id": "self-check", "version": "0"}
+    capture = validate(value, key, 1 << 24)
+    if not isinstance(capture, Capture):  # pragma: no cover - the vector is valid
+        return f"the committed vector does not validate: {capture}"
+    head = Head.genesis(capture.stream)
+    record, new_head = seal_capture(capture, head, 1, writer, 0, 7)
+    kernel = mod.Kernel(writer["writer_id"], writer["transactional_id"], writer["version"])
+    got = kernel.check(value, key, 1 << 24, 0, 0)
+    if got is None or tuple(got[:2]) != (capture.stream, capture.event_id):
+        return "it does not accept the contract's committed vector"
+    native = kernel.seal(value, got[2], head.digest, 1, 1, 0, 7)
+    if (native[0], native[1], native[2]) != (record, new_head.digest,
+                                             record_leaf(record, new_head.digest)):
+        return "it seals the contract's committed vector differently"
+    return ""
 
 
 class DedupWindow:
@@ -328,6 +395,23 @@ class DedupWindow:
         self._ids.move_to_end(event_id)
         self.expire(at_micros)
 
+    def add_all(self, sealed: Mapping[str, int]) -> None:
+        """:meth:`add` each ``event_id -> at_micros`` of ``sealed`` in order (a transaction's
+        ids, in seal order), expiring once, at the last one's time. The same ids remain as
+        after an ``add`` each when the times do not go down; when they do (a stream whose
+        head is ahead of the clock), it keeps ids an ``add`` each would have expired by age,
+        never fewer: deduplication errs towards absorbing a retry. The count bound is
+        exact either way."""
+        ids = self._ids
+        last = None
+        for event_id, at in sealed.items():
+            if event_id in ids:
+                ids.move_to_end(event_id)
+            ids[event_id] = at
+            last = at
+        if last is not None:
+            self.expire(last)
+
     def expire(self, now_micros: int) -> None:
         """Drop ids older than the window and the oldest ids beyond the count bound."""
         ids, horizon = self._ids, now_micros - self.max_age_us
@@ -335,9 +419,10 @@ class DedupWindow:
             ids.popitem(last=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sealed:
-    """A capture sealed in the open transaction."""
+    """A capture sealed in the open transaction. Treated as immutable, but not ``frozen``:
+    one is made per record sealed, and a frozen dataclass costs ~3 us more to make."""
 
     record: bytes
     head: Head
@@ -374,8 +459,18 @@ class Sealer:
 
     def __init__(self, writer: dict[str, str], max_message_bytes: int,
                  dedup_max_age_us: int, dedup_max_ids: int,
-                 partitions: int | None = None) -> None:
+                 partitions: int | None = None, trees: Trees | None = None,
+                 native: bool | None = None) -> None:
         self.writer = dict(writer)
+        self.kernel = native_kernel(self.writer, native)
+        """The compiled seal path (``writer.native``; None: the pure path only). ``native``:
+        None selects by ``EVIDENCE_NATIVE``, False never, True always (or raises)."""
+        self._limit = max_message_bytes - HEADROOM_BYTES
+        self._homes: dict[str, int] = {}  # stream -> its intake partition
+        self.trees = trees if trees is not None else Trees()
+        """Each stream's Merkle tree and checkpoints, staged with the same transactions."""
+        self.receipts = Receipts()
+        """The erasure requests receipted per partition, staged with the same transactions."""
         self.max_message_bytes = max_message_bytes
         self.partitions = partitions
         """The intake partition count; when given, a capture must be on its stream's
@@ -389,12 +484,25 @@ class Sealer:
     def new_window(self) -> DedupWindow:
         return DedupWindow(self.dedup_max_age_us, self.dedup_max_ids)
 
-    def assign(self, partition: int, heads: dict[str, Head], window: DedupWindow) -> None:
-        """Take ownership of ``partition`` with its restored heads and dedup window."""
+    def assign(self, partition: int, heads: dict[str, Head], window: DedupWindow,
+               trees: dict[str, StreamTree] | None = None) -> None:
+        """Take ownership of ``partition`` with its restored heads, dedup window and trees
+        (each at its head; a stream without one is never signed)."""
+        trees = dict(trees or {})
+        for stream, head in heads.items():
+            tree = trees.get(stream)
+            if tree is None:
+                trees[stream] = StreamTree(refused="no tree was restored", stored=TreeState())
+            elif not tree.refused and tree.range.size != head.seq:
+                raise ValueError(f"stream {stream!r}: tree of {tree.range.size} leaves, head "
+                                 f"at {head.seq}")
         self._parts[partition] = _Partition(dict(heads), window)
+        self.trees.assign(partition, trees)
 
     def revoke(self, partition: int) -> None:
         self._parts.pop(partition, None)
+        self.trees.revoke(partition)
+        self.receipts.revoke(partition)
 
     def owns(self, partition: int) -> bool:
         return partition in self._parts
@@ -413,11 +521,20 @@ class Sealer:
     def handle(self, value: bytes | None, key: bytes | None, partition: int, offset: int,
                now_micros: int) -> Sealed | Duplicate | Rejection:
         """Validate and, unless it is bad or a duplicate, seal one intake message."""
+        if self.kernel is not None:
+            # The compiled path takes what it can prove sealable as it came (nearly every
+            # capture); it answers None for the rest, which the pure path below decides.
+            got = self.kernel.check(value, key, self._limit, self.partitions or 0, partition)
+            if got is not None:
+                return self._seal_native(got, value, partition, offset, now_micros)
         checked = validate(value, key, self.max_message_bytes)
         if isinstance(checked, Rejection):
             return checked
         if self.partitions is not None:
-            home = partition_for(checked.stream, self.partitions)
+            home = self._homes.get(checked.stream)
+            if home is None:
+                home = self._homes[checked.stream] = partition_for(checked.stream,
+                                                                   self.partitions)
             if partition != home:
                 return _reject(Reason.WRONG_PARTITION,
                                f"stream {checked.stream!r} belongs on intake partition {home} "
@@ -430,22 +547,58 @@ class Sealer:
                                     self.writer, partition, offset)
         self._pending.heads[(partition, checked.stream)] = head
         pending_ids[checked.event_id] = head.occurred_at
+        self.trees.append(partition, checked.stream, record_leaf(record, head.digest), head.seq)
         return Sealed(record, head, checked.reencoded)
+
+    def _seal_native(self, got: tuple[str, str, bytes], value: bytes, partition: int,
+                     offset: int, now_micros: int) -> Sealed | Duplicate:
+        """The rest of :meth:`handle` for a capture the compiled path accepted: the same
+        dedup, head, seal (``seal_capture``'s rule for seq and occurred_at) and tree append."""
+        stream, event_id, record_fp = got
+        part, pending = self._parts[partition], self._pending
+        pending_ids = pending.ids.get(partition)
+        if pending_ids is None:
+            pending_ids = pending.ids[partition] = {}
+        if event_id in pending_ids or event_id in part.window:
+            return Duplicate(stream, event_id)
+        key = (partition, stream)
+        head = pending.heads.get(key) or part.heads.get(stream) or Head.genesis(stream)
+        seq = head.seq + 1
+        occurred_at = max(now_micros, head.occurred_at)
+        record, digest, leaf = self.kernel.seal(value, record_fp, head.digest, seq, occurred_at,
+                                                partition, offset)
+        # What ``advance`` returns for the link this seal makes (seq = head + 1, prev = the
+        # head's digest, so no finding); tests hold the two to the same heads.
+        new_head = Head(stream, seq, digest, occurred_at, event_id, head.missing)
+        pending.heads[key] = new_head
+        pending_ids[event_id] = occurred_at
+        self.trees.append(partition, stream, leaf, seq)
+        return Sealed(record, new_head, False)
 
     def pending_heads(self) -> dict[tuple[int, str], Head]:
         """The new head of every (partition, stream) sealed in the open transaction."""
         return dict(self._pending.heads)
+
+    def pending_state(self) -> dict[tuple[int, str], tuple[Head, TreeState]]:
+        """What writer-state gets for the open transaction: the head and persisted tree of
+        every (partition, stream) sealed or checkpointed in it."""
+        keys = set(self._pending.heads) | set(self.trees.pending())
+        signing = self.trees.signing
+        return {(p, s): (self.head(p, s), self.trees.tree(p, s).state(signing))
+                for p, s in sorted(keys)}
 
     def commit(self) -> None:
         """The transaction committed: its heads and event ids become the state."""
         for (partition, stream), head in self._pending.heads.items():
             self._parts[partition].heads[stream] = head
         for partition, ids in self._pending.ids.items():
-            window = self._parts[partition].window
-            for event_id, at in ids.items():
-                window.add(event_id, at)
+            self._parts[partition].window.add_all(ids)
         self._pending = _Pending()
+        self.trees.commit()
+        self.receipts.commit()
 
     def abort(self) -> None:
         """The transaction aborted: forget everything it sealed."""
         self._pending = _Pending()
+        self.trees.abort()
+        self.receipts.abort()

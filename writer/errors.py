@@ -6,7 +6,8 @@
     │   │   ├── FencedError          this transactional/group identity was fenced (by another
     │   │   │                        writer, or by the coordinator after a timed-out transaction)
     │   │   └── WedgedError          a librdkafka call did not return within its own timeout
-    │   └── StateMismatchError       writer-state heads disagree with the tail of the log
+    │   ├── StateMismatchError       writer-state heads disagree with the tail of the log
+    │   └── SigningKeyError          the log signing key cannot be used (start refused)
     └── server.kafka.KafkaClientError  (WriterKafkaError is one; FencedError also a
         └── server.kafka.FencedError    server.kafka.FencedError)
 
@@ -25,7 +26,8 @@ from __future__ import annotations
 from evidence_contract import EvidenceError
 from server import kafka
 
-__all__ = ["FencedError", "StateMismatchError", "WedgedError", "WriterError", "WriterKafkaError"]
+__all__ = ["FencedError", "SigningKeyError", "StateMismatchError", "WedgedError", "WriterError",
+           "WriterKafkaError"]
 
 
 class WriterError(EvidenceError):
@@ -50,3 +52,8 @@ class WedgedError(WriterKafkaError):
 
 class StateMismatchError(WriterError):
     """The restored stream heads do not match the last records of the log: refuse to seal."""
+
+
+class SigningKeyError(WriterError):
+    """The log signing key file is missing, readable by others, malformed, or named other
+    than the log: the writer refuses to start rather than sign with it."""

@@ -26,6 +26,9 @@ from typing import Callable
 
 from server.logs import event_logger
 from writer.config import WriterConfig
+from evidence_contract import valid_stream_id
+from writer.checkpoints import Issued, is_checkpoint_request
+from writer.erasures import ISSUED, REFUSED, Decision, is_erase_request, receipt_headers
 from writer.core import Duplicate, Rejection, Sealed, Sealer, encode_head
 from writer.errors import FencedError, WriterError, WriterKafkaError
 from writer.kafka_io import (
@@ -71,6 +74,9 @@ class _Produced:
     reencoded: int = 0
     rejected: list[tuple[Rejection, Message]] = field(default_factory=list)
     duplicates: list[tuple[Duplicate, Message]] = field(default_factory=list)
+    requests: int = 0
+    checkpoints: list[Issued] = field(default_factory=list)
+    erasures: list[Decision] = field(default_factory=list)
 
 
 class SealLoop:
@@ -109,7 +115,8 @@ class SealLoop:
         if len(owned) < len(msgs):
             log("info", "unowned_dropped", messages=len(msgs) - len(owned),
                 partitions=sorted({m.partition() for m in msgs} - set(self.sealer.owned())))
-        if owned:
+        if owned or self.sealer.trees.due(time.monotonic()):
+            # An idle writer still signs what is due: a transaction of checkpoints and heads.
             self.process(owned)
         return len(owned)
 
@@ -175,13 +182,24 @@ class SealLoop:
         2. Produce the records: seal, reject or absorb each message in intake order, producing
            the record to the log (or the verbatim message to rejected) on the intake
            message's partition number. Heads advance only in the sealer's overlay.
-        3. Produce the state: the batch's new stream heads to writer-state (key = stream),
-           after the records they point at, so after a crash the heads on writer-state are
-           exactly those of the last committed log records.
+           An erasure request (``evidence-control: erase``) is never sealed: its receipt,
+           signed by the log key (``writer.erasures``), goes to the erasures topic on the
+           request's partition here, so it commits with the request's offset or not at all
+           (an aborted one is signed again when the batch is consumed again).
+        2b. Produce the checkpoints due (grown streams past the interval, or asked for by a
+           control message of this batch), signed over each stream's tree *including* this
+           batch's records, to the checkpoints topic on the stream's partition: they commit
+           with the records they cover or not at all, so a checkpoint never names records a
+           reader cannot see, and an aborted one is never seen and its size signed again.
+        3. Produce the state: the new heads, with their persisted trees, of every stream
+           sealed or checkpointed (key = stream), after the records and checkpoints they
+           point at, so after a crash the heads on writer-state are exactly those of the
+           last committed log records and checkpoints.
         4. Send the offsets: send_offsets_to_transaction with the consumer group metadata,
            so the intake offsets commit atomically with 2 and 3 and a message is consumed
            iff its outcome is committed; the group generation also fences a zombie consumer
-           (KIP-447). Sent last, when every outcome of the batch is produced.
+           (KIP-447). Sent last, when every outcome of the batch is produced. A transaction
+           of checkpoints only (an idle writer) consumed nothing and sends no offsets.
         5. Commit — all of 2–4 become visible at once or not at all. A crash before this
            leaves an open transaction that the next writer's init_transactions aborts; its
            seqs are reused because no reader ever saw them.
@@ -191,18 +209,20 @@ class SealLoop:
         # 1. Open the transaction.
         with kafka_errors("begin_transaction"):
             self.producer.begin_transaction()
-        # 2. and 3. Produce the records, then the state.
+        # 2., 2b. and 3. Produce the records, the checkpoints, then the state.
         with kafka_errors("produce"):
             produced = self._produce_records(msgs)
+            produced.checkpoints = self._produce_checkpoints()
             self._produce_state()
         # 4. Send the intake offsets into the same transaction.
         offsets = [TopicPartition(self.names.intake, p, o)
                    for p, o in sorted(produced.next_offsets.items())]
-        metadata = self.consumer.consumer_group_metadata()
-        self._blocking("send_offsets_to_transaction",
-                       lambda: self.producer.send_offsets_to_transaction(
-                           offsets, metadata, SEND_OFFSETS_TIMEOUT_S),
-                       SEND_OFFSETS_TIMEOUT_S + 5.0)
+        if offsets:
+            metadata = self.consumer.consumer_group_metadata()
+            self._blocking("send_offsets_to_transaction",
+                           lambda: self.producer.send_offsets_to_transaction(
+                               offsets, metadata, SEND_OFFSETS_TIMEOUT_S),
+                           SEND_OFFSETS_TIMEOUT_S + 5.0)
         # 5. Commit.
         t0 = time.perf_counter()
         self._commit()
@@ -212,28 +232,72 @@ class SealLoop:
         self._count(msgs, produced, time.perf_counter() - t0)
 
     def _produce_records(self, msgs: list[Message]) -> _Produced:
-        names, out = self.names, _Produced()
+        # The writer's hot loop: each message's accessors are called once (each call copies
+        # out of librdkafka's message), and what every message needs is bound once a batch.
+        names, out, sealer, clock = self.names, _Produced(), self.sealer, self._clock
+        handle, owns, next_offsets = sealer.handle, sealer.owns, out.next_offsets
+        producer, log_topic = self.producer, names.log
         for m in msgs:
             p = m.partition()
-            if not self.sealer.owns(p):
+            if not owns(p):
                 raise WriterError(f"message from unowned partition {names.intake}[{p}]")
-            outcome = self.sealer.handle(m.value(), m.key(), p, m.offset(), self._clock())
-            if isinstance(outcome, Sealed):
-                produce(self.producer, names.log, outcome.record, m.key(), p)
+            offset = m.offset()
+            next_offsets[p] = offset + 1
+            headers = m.headers()
+            if headers:  # most captures have none: no control header to look for
+                if is_erase_request(headers):
+                    # An erasure request: never sealed; a receipt (step 2) or a loud refusal.
+                    out.erasures.append(self._receipt(m))
+                    continue
+                if is_checkpoint_request(headers):
+                    # A control message: never sealed, never rejected; its offset commits.
+                    self._request_checkpoint(m)
+                    out.requests += 1
+                    continue
+            value, key = m.value(), m.key()
+            outcome = handle(value, key, p, offset, clock())
+            if type(outcome) is Sealed:
+                produce(producer, log_topic, outcome.record, key, p)
                 out.sealed += 1
                 out.reencoded += outcome.reencoded
             elif isinstance(outcome, Rejection):
-                produce(self.producer, names.rejected, m.value(), m.key(), p,
-                        list(m.headers() or []) + _reason_headers(outcome, m))
+                produce(self.producer, names.rejected, value, key, p,
+                        list(headers or []) + _reason_headers(outcome, m))
                 out.rejected.append((outcome, m))
             else:
                 out.duplicates.append((outcome, m))
-            out.next_offsets[p] = m.offset() + 1
         return out
 
+    def _receipt(self, m: Message) -> Decision:
+        d = self.sealer.receipts.handle(m.partition(), m.value())
+        if d.outcome == ISSUED and d.request is not None:
+            produce(self.producer, self.names.erasures, d.note,
+                    d.request.request_id.encode("utf-8"), m.partition(),
+                    receipt_headers(d.request))
+        return d
+
+    def _request_checkpoint(self, m: Message) -> None:
+        key = m.key()
+        stream = key.decode("utf-8", "replace") if key else ""
+        if valid_stream_id(stream):
+            self.sealer.trees.request(m.partition(), stream)
+        else:
+            log("warning", "checkpoint_request_ignored", partition=m.partition(),
+                offset=m.offset(), reason="the key is not a stream id")
+
+    def _produce_checkpoints(self) -> list[Issued]:
+        trees, now = self.sealer.trees, time.monotonic()
+        issued = []
+        for p, stream in trees.due(now):
+            cp = trees.issue(p, stream, now)
+            produce(self.producer, self.names.checkpoints, cp.note, stream.encode("utf-8"), p,
+                    cp.headers)
+            issued.append(cp)
+        return issued
+
     def _produce_state(self) -> None:
-        for (p, stream), head in self.sealer.pending_heads().items():
-            produce(self.producer, self.names.writer_state, encode_head(head, p),
+        for (p, stream), (head, tree) in self.sealer.pending_state().items():
+            produce(self.producer, self.names.writer_state, encode_head(head, p, tree),
                     stream.encode("utf-8"), p)
 
     def _commit(self) -> None:
@@ -258,8 +322,28 @@ class SealLoop:
         m_ = self.metrics
         m_.commit_seconds.observe(commit_s)
         m_.last_commit.set_to_current_time()
-        m_.batch_size.observe(len(msgs))
+        if msgs:
+            m_.batch_size.observe(len(msgs))
         m_.sealed.inc(produced.sealed)
+        m_.checkpoints.inc(len(produced.checkpoints))
+        for cp in produced.checkpoints:
+            m_.checkpoint_sign_seconds.observe(cp.sign_seconds)
+        if produced.requests:
+            log("info", "checkpoint_requested", requests=produced.requests,
+                issued=[[cp.stream, cp.size] for cp in produced.checkpoints])
+        for d in produced.erasures:
+            m_.erasures.labels(d.outcome).inc()
+            if d.outcome == ISSUED:
+                log("info", "erasure_receipted", request_id=d.request_id, partition=d.partition,
+                    key_ids=len(d.request.key_ids) if d.request else 0)
+            elif d.outcome == REFUSED:
+                log("error", "erasure_refused", request_id=d.request_id, partition=d.partition,
+                    reason=d.detail, message="no receipt signed: start the writer with a log key "
+                    "and send the request again with the same request id (the keys are "
+                    "destroyed already)")
+            else:
+                log("warning" if d.outcome != "invalid" else "error", f"erasure_{d.outcome}",
+                    request_id=d.request_id, partition=d.partition, reason=d.detail)
         m_.reencoded.inc(produced.reencoded)
         for rej, msg in produced.rejected:
             m_.rejected.labels(rej.reason.value).inc()

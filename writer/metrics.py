@@ -42,6 +42,22 @@ class WriterMetrics:
             "fetched), updated by the sealing loop at most once a second: it stays put while "
             "the loop cannot seal",
             registry=r)
+        self.checkpoints = Counter("evidence_writer_checkpoints",
+                                   "Signed checkpoints committed to the checkpoints topic",
+                                   registry=r)
+        self.checkpoint_sign_seconds = Histogram(
+            "evidence_writer_checkpoint_sign_seconds",
+            "Time to compute a stream's tree root and sign its checkpoint note",
+            buckets=(.00005, .0001, .0002, .0005, .001, .002, .005, .01, .05), registry=r)
+        self.erasures = Counter(
+            "evidence_writer_erasure_requests",
+            "Erasure requests consumed from intake, by outcome: issued (a receipt signed and "
+            "committed), duplicate (already receipted), refused (no log key), invalid",
+            ["outcome"], registry=r)
+        self.checkpoint_refused = Gauge(
+            "evidence_writer_checkpoint_refused_streams",
+            "Streams whose restored tree disagreed with their last signed checkpoint (or the "
+            "log): sealed, never signed", registry=r)
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Serve /metrics on ``port`` (0: no endpoint), on ``addr``: by default

@@ -53,3 +53,9 @@ class Reason(str, enum.Enum):
     DIGEST_MISMATCH = "DIGEST_MISMATCH"
     """content_key, response_digest, input_digest, prompt_digest or a chunk_digest does not
     match the bytes it covers."""
+    BAD_ENCRYPTION = "BAD_ENCRYPTION"
+    """An encrypted capture (``encryption`` set) whose scheme or key id is unknown or
+    malformed, a content field that is not an envelope of its key, a plaintext length that
+    is not its envelope's less 45 bytes, or a schema_version other than 2.1. Checked instead
+    of LENGTH_MISMATCH and DIGEST_MISMATCH: its digests are keyed commitments the writer
+    cannot recompute."""

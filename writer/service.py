@@ -49,6 +49,8 @@ from evidence_contract import now_micros
 from server.logs import event_logger
 from server.version import version
 from writer.config import WriterConfig
+from writer.checkpoints import Trees
+from writer.erasures import Receipts
 from writer.core import Sealer
 from writer.errors import (
     FencedError,
@@ -74,14 +76,16 @@ from writer.kafka_io import (
     reader_config,
     translate,
 )
+from writer.log_key import load_log_key
 from writer.loop import CALL_DEADLINE_S, SealLoop
 from writer.metrics import WriterMetrics
-from writer.restore import restore
+from writer.restore import read_receipted, restore
 
 __all__ = ["EXIT_FENCED", "WriterService"]
 
 EXIT_FENCED = 3
 """Exit code of a writer fenced by a live rival: "do not restart me" (devstack.supervise)."""
+FATAL_EVENT_WAIT_S = 2.0  # how long a call failed with _FATAL waits for the fatal error event
 FENCING_WAIT_S = 5.0  # how long a fenced writer waits for a rival to join the group
 FENCING_WINDOW_S, FENCINGS_FOR_RIVAL = 120.0, 3  # this many fencings in the window: a rival
 BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 30.0, 30.0
@@ -135,9 +139,11 @@ class WriterService:
 
     def start(self) -> None:
         """Check topics (waiting while Kafka does not answer), fence any previous writer, join
-        the group. Raises ``TopicConfigError`` for missing or wrong topics; a Kafka error of
-        the first connection is left to :meth:`run`, which heals it."""
+        the group. Raises ``TopicConfigError`` for missing or wrong topics and
+        ``SigningKeyError`` for a log key it must not sign with; a Kafka error of the first
+        connection is left to :meth:`run`, which heals it."""
         cfg = self.config
+        self._load_key()
         self._check_topics()
         self.metrics.serve(cfg.metrics_port)
         log("info", "started", transactional_id=cfg.transactional_id, group_id=cfg.group_id,
@@ -151,6 +157,22 @@ class WriterService:
         except WriterError as e:
             self._disconnect(wedged=isinstance(e, WedgedError))
             self._failure = e  # run() heals it
+
+    def _load_key(self) -> None:
+        """The log key, read once: checkpoints are signed with it, or off without it."""
+        cfg = self.config
+        key = None
+        if cfg.log_signing_key_file:
+            key = load_log_key(cfg.log_signing_key_file, cfg.log_name)
+            log("info", "checkpoints_on", log_name=cfg.log_name, key_id=f"{key.verifier.key_id:08x}",
+                interval_s=cfg.checkpoint_interval_s)
+        else:
+            log("info", "checkpoints_off", log_name=cfg.log_name,
+                message="EVIDENCE_LOG_SIGNING_KEY_FILE is not set: no signed checkpoints "
+                        "(the trees are still kept) and no erasure receipts (requests are "
+                        "refused, logged as errors)")
+        self.sealer.trees = Trees(key, cfg.log_name, cfg.checkpoint_interval_s)
+        self.sealer.receipts = Receipts(key, cfg.log_name)
 
     def _check_topics(self) -> None:
         backoff = BACKOFF_MIN_S
@@ -252,13 +274,17 @@ class WriterService:
         """``e``, or the fencing behind it. A fenced transactional producer often fails the call
         in progress with a generic ``_FATAL`` ("Unable to produce message: Local: Fatal
         error"); librdkafka hands the fatal error itself, with its code, to the error callback,
-        which runs inside ``poll``: serve it and look."""
+        which runs inside ``poll``: serve it and look. librdkafka marks the client fatal before
+        it queues that event, so the call in progress can fail first: wait for the event a
+        little (``FATAL_EVENT_WAIT_S``), not just one ``poll(0)``."""
         producer = self._producer
         if isinstance(e, FencedError) or not isinstance(e, WriterKafkaError) \
                 or e.code != KafkaError._FATAL or producer is None:
             return e
-        with contextlib.suppress(Exception):
-            producer.poll(0)
+        deadline = time.monotonic() + FATAL_EVENT_WAIT_S
+        while self._failure is None and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                producer.poll(0.05)
         return self._failure if isinstance(self._failure, FencedError) else e
 
     def _heal(self, e: WriterError, pause: bool = True) -> None:
@@ -385,10 +411,14 @@ class WriterService:
             with kafka_errors("committed offsets"):
                 committed = consumer.committed(partitions, timeout=TIMEOUT_S)
             for tp in committed:
-                heads, window = restore(reader, self.config, self.sealer, tp.partition, self._clock)
-                self.sealer.assign(tp.partition, heads, window)
+                heads, window, trees = restore(reader, self.config, self.sealer, tp.partition,
+                                               self._clock)
+                self.sealer.assign(tp.partition, heads, window, trees)
+                self.sealer.receipts.assign(tp.partition, read_receipted(
+                    reader, self.names.erasures, tp.partition))
                 log("info", "partition_assigned", partition=tp.partition, committed_offset=tp.offset,
                     streams=len(heads), dedup_ids=len(window))
+            self.metrics.checkpoint_refused.set(len(self.sealer.trees.refused()))
             consumer.assign(committed)
             self._note_member_id(consumer)
             log("info", "assigned", partitions=[tp.partition for tp in committed],

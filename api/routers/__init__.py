@@ -5,14 +5,19 @@
                  /events/{event_id}
     audit        GET /streams/{stream}/audit
     fidelity     GET /streams/{stream}/records/{seq}/fidelity, POST /fidelity/analyze
+    tlog         GET /streams/{stream}/checkpoint, /streams/{stream}/proof/inclusion,
+                 /streams/{stream}/proof/consistency, /log/key (no API key),
+                 POST /streams/{stream}/checkpoint/cosignatures
+    admin        POST /admin/erasures (API keys with the admin role)
     operations   GET /healthz, /readyz, /metrics (no API key)
 
 :data:`ROUTERS` is the order :func:`api.app.create_app` includes them in: the order routes
 are matched in and listed in the OpenAPI document.
 """
 
-from . import audit, fidelity, operations, records, replay
+from . import admin, audit, fidelity, operations, records, replay, tlog
 
-__all__ = ["ROUTERS", "audit", "fidelity", "operations", "records", "replay"]
+__all__ = ["ROUTERS", "admin", "audit", "fidelity", "operations", "records", "replay", "tlog"]
 
-ROUTERS = (replay.router, records.router, audit.router, fidelity.router, operations.router)
+ROUTERS = (replay.router, records.router, audit.router, fidelity.router, tlog.router,
+           admin.router, operations.router)

@@ -35,12 +35,18 @@ async def audit_stream(stream: StreamId, key: Caller, db: Db) -> dict[str, Any]:
     the sealed output digests by how their output text came out of the response:
     `extracted` (recomputed and compared), `no_text` (a finding) or `unknown_format` (a
     wire format the record contract does not define: an `output_digest_unverifiable`
-    finding says the digest cannot be recomputed)."""
+    finding says the digest cannot be recomputed). `encrypted_records` counts the records
+    sealed under a subject's key (their shape is checked, their keyed commitments cannot
+    be) and `erased_records` those whose key an erasure receipt names: not findings, their
+    digests and links are checked like any other's. Rows are recomputed with the redaction
+    policy the live generation records (`redaction` in `evidence projections status`): a
+    body masked as that policy says is not `projection_altered`; one masked otherwise is."""
     if not key.scope.allows(stream):
         raise not_found(f"stream {stream}")
     from audit.stream_audit import StreamAudit
 
-    sa = StreamAudit(stream)
+    sa = StreamAudit(stream, erased_keys=await db.erased_keys(stream),
+                     redaction=await db.redaction(fresh=True))
     async for rows in db.audit_chunks(stream):
         # Decoding and hashing are CPU work: off the event loop, chunk by chunk.
         await asyncio.to_thread(sa.add_rows, rows)

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ..db import BYTES_COLUMNS, META_COLUMNS
+from ..db import BYTES_COLUMNS, ERASED_COLUMNS, META_COLUMNS
 from ..deps import Caller, Db, Seq, StreamId, not_found
 from ..errors import InvalidRequest
 from ..jsonbody import JsonBodyError, i_json_problem, loads_strict
@@ -47,7 +47,9 @@ async def record_fidelity(stream: StreamId, seq: Seq, key: Caller, db: Db) -> di
         raise not_found(f"record stream={stream} seq={seq}")
     from fidelity import analyze_record
 
-    return analyze_record(dict(zip((*META_COLUMNS, *BYTES_COLUMNS), row)))
+    record = dict(zip((*META_COLUMNS, *ERASED_COLUMNS, *BYTES_COLUMNS), row))
+    record["erased"] = record["erased_at_us"] is not None
+    return analyze_record(record)
 
 
 def _invalid_manifest(problems: list[str]) -> Any:

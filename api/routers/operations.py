@@ -1,7 +1,8 @@
 """Operations: liveness, readiness and metrics, with no API key (see :mod:`api.metrics`).
 
     GET /healthz    the process is alive (never touches the database)
-    GET /readyz     the database answers, the projector's heartbeat is at most
+    GET /readyz     the database answers, the projector's heartbeat (of every log
+                    partition: each projector beats the ones it owns) is at most
                     STALE_HEARTBEAT_S old, and the projection lag (against the log ends
                     that heartbeat saw in Kafka) is within EVIDENCE_API_MAX_LAG
     GET /metrics    Prometheus text; probes the database for the lag and up gauges

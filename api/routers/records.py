@@ -6,7 +6,11 @@
     GET /streams/{stream}/records/{seq}   one record
     GET /events/{event_id}                one record by capture id
 
-The three record routes take ``?include=bytes`` for the bodies and the log message. A stream
+The three record routes take ``?include=bytes`` for the bodies and the log message. Every
+record says ``content``: ``plain``, ``encrypted`` or ``erased`` (with ``erasure``: when and
+under which request its key was destroyed); an erased record's bodies are never served: one
+record asked for with ``include=bytes`` is a 410 ``erased``, and in a page its bodies are null
+(its log message, ciphertext, is still given). A stream
 outside the key's scope is a 404 like a missing one; a list of records of a stream the key
 may read but that has none (yet) is an empty page, never a 404.
 """
@@ -19,12 +23,12 @@ from fastapi import APIRouter, Path, Query
 from evidence_contract import valid_event_id
 
 from ..deps import Caller, Db, IncludeBytes, Seq, StreamId, not_found
-from ..errors import InvalidRequest
+from ..errors import Erased, InvalidRequest
 from ..models import (
     EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage,
-    StreamDetail, StreamList, finding_dict, head_dict, record_dict,
+    StreamDetail, StreamList, erased_of, finding_dict, head_dict, record_dict,
 )
-from ..responses import ERRORS
+from ..responses import ERASED, ERRORS
 
 __all__ = ["BYTES_PAGE_MAX", "get_event", "get_record", "get_stream", "list_records",
            "list_streams", "router"]
@@ -89,23 +93,35 @@ async def list_records(
         trimmed = [r for r in page if r[1] != boundary]
         page = trimmed or page
         next_after = page[-1][1]
-    return {"stream": stream, "records": [record_dict(r) for r in page],
+    policy = await db.redaction() if with_bytes else None
+    return {"stream": stream, "records": [record_dict(r, policy) for r in page],
             "next_after_seq": next_after}
 
 
-@router.get("/streams/{stream}/records/{seq}", response_model=RecordOut,
+def _one(row: tuple[Any, ...], with_bytes: bool, what: str,
+         redaction: Any = None) -> dict[str, Any]:
+    erased = erased_of(row) if with_bytes else None
+    if erased is not None:
+        raise Erased(what, *erased)
+    return record_dict(row, redaction)
+
+
+@router.get("/streams/{stream}/records/{seq}", response_model=RecordOut, responses=ERASED,
             summary="One record by stream and seq")
 async def get_record(stream: StreamId, seq: Seq, key: Caller, db: Db,
                      include: IncludeBytes = None) -> dict[str, Any]:
+    """With `include=bytes`, a record whose content was erased is a 410 `erased`."""
     if not key.scope.allows(stream):
         raise not_found(f"record stream={stream} seq={seq}")
     row = await db.record(stream, seq, include == "bytes")
     if row is None:
         raise not_found(f"record stream={stream} seq={seq}")
-    return record_dict(row)
+    return _one(row, include == "bytes", f"record {stream} #{seq}",
+                await db.redaction() if include == "bytes" else None)
 
 
-@router.get("/events/{event_id}", response_model=RecordOut, summary="One record by event id")
+@router.get("/events/{event_id}", response_model=RecordOut, responses=ERASED,
+            summary="One record by event id")
 async def get_event(
     event_id: Annotated[str, Path(
         description="the capture's event id: a UUIDv7 in canonical lowercase text",
@@ -114,7 +130,8 @@ async def get_event(
     include: Annotated[str | None, Query(pattern="^bytes$")] = None,
 ) -> dict[str, Any]:
     """The earliest record with this event id among the streams the key may read: a record
-    of another stream that carries the same id is neither shown nor in the way."""
+    of another stream that carries the same id is neither shown nor in the way. With
+    `include=bytes`, a record whose content was erased is a 410 `erased`."""
     if not valid_event_id(event_id):
         raise InvalidRequest(f"event_id {event_id[:64]!r} is not a UUID in canonical form "
                              f"(a capture's event id is a lowercase UUIDv7)")
@@ -122,4 +139,5 @@ async def get_event(
     row = await db.event(eid, include == "bytes", key.scope)
     if row is None:
         raise not_found(f"record event_id={eid}")
-    return record_dict(row)
+    return _one(row, include == "bytes", f"record event_id={eid}",
+                await db.redaction() if include == "bytes" else None)

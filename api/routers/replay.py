@@ -2,6 +2,9 @@
 
     POST /replay/verify                compare a replayed output or response with its digest
     GET  /replay/{content_key_hex}     verbatim response bytes, served from storage
+
+Both answer 410 ``erased`` (with ``erased_at`` and ``request_id``) for a record whose key was
+erased: nothing of its content can be served or compared, by design.
 """
 
 import json
@@ -14,10 +17,10 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from ..deps import Caller, Db, Metrics, not_found
-from ..errors import InvalidRequest
-from ..models import MAX_SEQ, STREAM_PATTERN, VerifyRequest, VerifyResponse
-from ..responses import BODY_ERRORS, ERRORS
-from ..verify import Original, verify
+from ..errors import Erased, InvalidRequest
+from ..models import MAX_SEQ, STREAM_PATTERN, VerifyRequest, VerifyResponse, erased_of
+from ..responses import BODY_ERRORS, ERASED, ERRORS
+from ..verify import Original, VerifyResult, verify
 
 __all__ = ["replay_serve", "replay_verify", "router"]
 
@@ -44,13 +47,31 @@ def _parse_verify(raw: bytes) -> VerifyRequest:
         ) from None
 
 
-@router.post("/replay/verify", response_model=VerifyResponse, responses=BODY_ERRORS,
+_N_VERIFY = len(Original.__dataclass_fields__)
+
+
+def _sealed_result(original: Original, body: VerifyRequest) -> VerifyResult:
+    """An encrypted record's digests are keyed commitments: the API holds no key, so it
+    cannot compare a replay with them, and must not call that a mismatch."""
+    compared = "output_digest" if body.replayed_output is not None else "response_digest"
+    return VerifyResult(False, None, None, compared, original.deterministic,
+                        original.model_version, original.stream, original.seq,
+                        f"the record is encrypted: its {compared} is a keyed commitment under "
+                        f"its subject's key, which the API does not hold; replay it with the "
+                        f"key (evidence_client.Replayer(key_store=...)) instead")
+
+
+@router.post("/replay/verify", response_model=VerifyResponse,
+             responses={**BODY_ERRORS, **ERASED},
              summary="Compare a re-execution with a sealed record", openapi_extra=_VERIFY_BODY)
 async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics) -> Response:
     """Hashes `replayed_output` (sha256(0x04 ‖ utf8)) or the decoded
     `replayed_response_b64` (sha256(0x01 ‖ bytes)) and compares it with the record's
     digest. 200 whether or not it matches; `reason` says what differed. 404 when the
-    record does not exist or is outside the key's streams.
+    record does not exist or is outside the key's streams; 410 `erased` when its content
+    was erased (its key destroyed: nothing can be compared, ever). An encrypted record's
+    digests are keyed commitments the API cannot compute: 200 with `match` false and a
+    `reason` that says so, never a mismatch.
 
     The record is named by `stream` + `seq` (a JSON integer >= 1) or by `event_id` (a
     lowercase UUIDv7), never both; exactly one of `replayed_output` or
@@ -69,8 +90,15 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
         what = (f"record event_id={body.event_id}" if body.event_id is not None
                 else f"record stream={body.stream} seq={body.seq}")
         raise not_found(what)
-    # Row columns are VERIFY_COLUMNS, the field order of Original.
-    result = verify(Original(*row), body.replayed_output, body.response_bytes)
+    # Row columns are VERIFY_COLUMNS, the field order of Original, then ERASED_COLUMNS.
+    original = Original(*row[:_N_VERIFY])
+    erased = erased_of(row, _N_VERIFY)
+    if erased is not None:
+        raise Erased(f"record {original.stream} #{original.seq}", *erased)
+    if row[_N_VERIFY] is not None:  # key_id: an encrypted record
+        result = _sealed_result(original, body)
+    else:
+        result = verify(original, body.replayed_output, body.response_bytes)
     metrics.count_verify(result.outcome)
     return Response(json.dumps(result.to_dict()).encode(), media_type="application/json")
 
@@ -78,7 +106,7 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
 @router.get("/replay/{content_key_hex}", responses={
     200: {"content": {"application/octet-stream": {}},
           "description": "the verbatim response body, with its recorded Content-Type"},
-    **ERRORS}, response_class=Response, summary="Serve a recorded response by content key")
+    **ERRORS, **ERASED}, response_class=Response, summary="Serve a recorded response by content key")
 async def replay_serve(
     content_key_hex: Annotated[str, Path(
         description="hex content_key (64 digits)",
@@ -93,7 +121,9 @@ async def replay_serve(
     """The response bytes of the earliest COMMITTED record with this content key among
     the streams the key may read, exactly as recorded. Never calls a provider.
     Headers name the record: Evidence-Stream, Evidence-Seq, Evidence-Record-Digest,
-    Evidence-Content-Key, Evidence-Event-Id."""
+    Evidence-Content-Key, Evidence-Event-Id. For an encrypted stream the content key is
+    the keyed one and the body is the sealed envelope (the Replayer opens it with the
+    subject's key); 410 `erased` when that key was erased."""
     if not _HEX_KEY.fullmatch(content_key_hex):
         raise InvalidRequest("content_key_hex must be 64 hex digits (a SHA-256 content key)")
     if seq is not None and stream is None:
@@ -104,7 +134,10 @@ async def replay_serve(
     row = await db.replay(ck, key.scope, stream, seq)
     if row is None:
         raise not_found(f"committed record with content key {ck.hex()}")
-    r_stream, r_seq, digest, event_id, content_type, body = row
+    r_stream, r_seq, digest, event_id, content_type, body = row[:6]
+    erased = erased_of(row, 6)
+    if erased is not None:
+        raise Erased(f"record {r_stream} #{r_seq}", *erased)
     if not content_type or not _SAFE_HEADER.fullmatch(content_type):
         content_type = "application/octet-stream"
     return Response(bytes(body), headers={

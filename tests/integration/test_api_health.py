@@ -1,5 +1,6 @@
 """Readiness, projection lag and database failures, over real HTTP."""
 
+import re
 import socket
 
 import httpx
@@ -59,7 +60,8 @@ def test_readyz_is_not_ready_when_the_projectors_heartbeat_is_old(database_url, 
     readmodel.beat({0: 100}, age_s=60)
     r = httpx.get(base + "/readyz")
     assert r.status_code == 503 and r.headers["retry-after"]
-    assert "heartbeat is 60 s old" in r.json()["message"], r.json()
+    # 60 s when stored, a second or so more by the time a loaded machine answers
+    assert re.search(r"heartbeat is 6\d s old", r.json()["message"]), r.json()
     text = httpx.get(base + "/metrics").text
     [age] = [float(line.split()[-1]) for line in text.splitlines()
              if line.startswith("evidence_api_projector_heartbeat_age_seconds ")]

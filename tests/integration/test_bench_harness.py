@@ -31,6 +31,11 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert result["sealing"]["eventsourcing"]["records"] == 320
     assert result["latency"][0]["captures"] == 50
     assert result["latency"][0]["visible"] == 50
+    # What each process's CPU was, per capture, beside the cores all of it kept busy.
+    cpu = result["latency"][0]["cpu_us_per_capture"]
+    assert {"gateways", "writer", "projector", "api", "poller"} <= set(cpu)
+    assert cpu["gateways"] > 0 and cpu["writer"] > 0 and result["latency"][0]["cores_busy"] > 0
+    assert "cores busy" in (tmp_path / "t.md").read_text()
     assert result["rebuild"]["records"] == result["rebuild"]["copy_rows"] == 320 + 50
     assert [v["concurrency"] for v in result["verify"]] == [1, 2]
     assert all(v["verify"]["errors"] == 0 and v["bare"]["errors"] == 0 for v in result["verify"])

@@ -3,6 +3,7 @@ kept), down (by recorded pid), down --clean."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -51,6 +52,10 @@ def test_lifecycle_keeps_data_across_a_crash_and_cleans_up(tmp_path):
         p = Producer({"bootstrap.servers": cfg.bootstrap, "enable.idempotence": True})
         p.produce("evidence.log", key=b"s", value=b"kept across a crash")
         assert p.flush(30) == 0
+        # Gone before the crash: a client left reconnecting to the dead broker's port (an
+        # ephemeral-range port here) can connect to itself and hold the port.
+        del p
+        gc.collect()
         with psycopg.connect(cfg.database_url, autocommit=True) as conn:
             conn.execute("create table kept (v text)")
             conn.execute("insert into kept values ('row')")

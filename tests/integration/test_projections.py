@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 from evidence_contract import GENESIS
-from tests.fixtures.log import heads_of, make_body, running_projector, seal_record, wait_until
+from tests.fixtures.log import (T0, heads_of, make_body, running_projector, seal_record,
+                                 wait_until)
 
 pytestmark = pytest.mark.integration
 
@@ -144,3 +145,73 @@ def test_log_checksums_match_sql_digest(projection_config, topics, produce_chain
         want[s] = hashlib.sha256(b"".join(r.record_digest for r in sorted(
             (r for r in recs if r.stream == s), key=lambda r: r.seq))).digest()
     assert got == want
+
+
+def test_an_event_id_sealed_again_in_another_stream_is_a_finding(projection_config, topics,
+                                                                  produce_log):
+    # One call, two records: stream b reuses a's event_id. A later batch brings a record in
+    # stream c that the writer sealed *before* both (earlier occurred_at): it becomes the
+    # original, so a's record is flagged then too, and every record is flagged at most once.
+    cfg = projection_config
+    eid = make_body("x")["event_id"]
+    a1 = seal_record(make_body("ten-a:chat", 1, event_id=eid), 1, GENESIS, T0 + 100)
+    b1 = seal_record(make_body("ten-b:chat", 1, event_id=eid), 1, GENESIS, T0 + 200)
+    c1 = seal_record(make_body("ten-c:chat", 1, event_id=eid), 1, GENESIS, T0 + 50)
+    b1_again = dataclasses.replace(b1)  # the same record again: a chain duplicate only
+    with running_projector(cfg):
+        produce_log(topics, [a1, b1, b1_again])
+        wait_until("3 records", lambda: count(cfg) == 3)
+        wait_until("2 findings", lambda: q(cfg, "select count(*) from {v}.findings")[0][0] == 2)
+        produce_log(topics, [c1])
+        wait_until("4 records", lambda: count(cfg) == 4)
+        wait_until("3 findings", lambda: q(cfg, "select count(*) from {v}.findings")[0][0] == 3)
+    found = q(cfg, "select kind, stream, seq, detail from {v}.findings order by kind, stream")
+    assert [f[:3] for f in found] == [
+        ("duplicate", "ten-b:chat", 1),
+        ("duplicate_event_id", "ten-a:chat", 1),
+        ("duplicate_event_id", "ten-b:chat", 1),
+    ], found
+    assert all(eid in f[3] for f in found if f[0] == "duplicate_event_id")
+
+
+def test_the_store_connection_commits_without_waiting_for_the_flush(projection_config):
+    """ProjectorConfig.synchronous_commit: off by default (a lost batch is re-read from the
+    log, rows and positions together), on when asked."""
+    from projections.store import Store
+
+    with Store(projection_config) as store:
+        assert store.conn.execute("show synchronous_commit").fetchone()[0] == "off"
+    on = dataclasses.replace(projection_config, synchronous_commit="on")
+    with Store(on) as store:
+        assert store.conn.execute("show synchronous_commit").fetchone()[0] == "on"
+
+
+def test_tree_node_tuples_are_the_bytes_psycopg_writes(projection_config):
+    """Store._node_tuples builds tree_nodes' binary COPY data itself (a write_row a node was
+    a third of a batch's tree work): the same table as psycopg's write_row makes, byte for
+    byte on the way out."""
+    import psycopg
+
+    from projections.store import _node_tuples
+
+    nodes = [("acme:chat", 0, 0, bytes(range(32))), ("ten-ä:ü", 3, 2**40, b"\xff" * 32),
+             ("acme:chat", 1, 7, bytes(32))]
+
+    def table(conn):
+        with conn.cursor() as cur, cur.copy("copy n to stdout (format binary)") as c:
+            return b"".join(bytes(b) for b in c)
+
+    with psycopg.connect(projection_config.database_url, autocommit=True) as conn:
+        conn.execute("create temp table n (stream text, level int2, idx int8, hash bytea)")
+        with conn.cursor() as cur:
+            with cur.copy("copy n (stream, level, idx, hash) from stdin (format binary)") as c:
+                c.set_types(("text", "int2", "int8", "bytea"))
+                for node in nodes:
+                    c.write_row(node)
+        want = table(conn)
+        conn.execute("truncate n")
+        with conn.cursor() as cur:
+            with cur.copy("copy n (stream, level, idx, hash) from stdin (format binary)") as c:
+                c.write(_node_tuples(nodes))
+        assert table(conn) == want
+        assert [tuple(r) for r in conn.execute("select stream, level, idx, hash from n")] == nodes

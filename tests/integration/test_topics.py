@@ -25,6 +25,15 @@ def _configs(bootstrap: str, topic: str) -> dict[str, str]:
     return {k: v.value for k, v in admin.describe_configs([res])[res].result().items()}
 
 
+def _until(done, timeout: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the broker did not apply the change in time"
+        time.sleep(0.1)
+
+
 def test_record_topic_is_never_compacted_and_never_expires(kafka_bootstrap, topics):
     c = _configs(kafka_bootstrap, topics.names.log)
     assert c["cleanup.policy"] == "delete"
@@ -61,6 +70,8 @@ def test_a_compacted_record_topic_is_refused_loudly(kafka_bootstrap, topics):
         ConfigEntry("cleanup.policy", "compact",
                     incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([res])[res].result()
+    # the broker applies an altered config a moment after it answers: wait until it reads back
+    _until(lambda: _configs(kafka_bootstrap, topics.names.log)["cleanup.policy"] == "compact")
     with pytest.raises(TopicConfigError) as e:
         ensure_topics(kafka_bootstrap, topics)
     assert f"{topics.names.log}: cleanup.policy=compact, expected delete" in str(e.value)
@@ -71,6 +82,8 @@ def test_a_partition_mismatch_is_refused(kafka_bootstrap, make_topics):
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.create_partitions([NewPartitions(settings.names.intake, 3)])[
         settings.names.intake].result()
+    _until(lambda: len(admin.list_topics(settings.names.intake, timeout=10)
+                       .topics[settings.names.intake].partitions) == 3)
     with pytest.raises(TopicConfigError, match="3 partitions, expected 2"):
         check_topics(kafka_bootstrap, settings)
 

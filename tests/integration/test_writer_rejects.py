@@ -45,7 +45,8 @@ def _bad_messages(max_message_bytes: int) -> list[tuple[str, bytes | None, bytes
     wrong_length["request_length"] += 1
     big = make_capture(STREAM, response=b"x" * (max_message_bytes - 40 * 1024))
     head = encode("WriterHead", {"stream": STREAM, "seq": 1, "record_digest": GENESIS, "occurred_at": 1,
-                                 "event_id": "e", "log_partition": 0, "log_offset": None})
+                                 "event_id": "e", "log_partition": 0, "log_offset": None,
+                                 "tree_size": 0, "tree_nodes": [], "checkpoint_size": 0})
     return [
         ("NOT_AVRO", k, b'{"not": "avro"}', [("origin", b"json-service")]),
         ("NOT_AVRO", k, None, []),

@@ -6,7 +6,8 @@ The deliberate changes since: ``GET /streams/{stream}/records`` takes ``?include
 like the other record routes (it was ignored before); and the hostile-input tightening: the
 two body routes document 408 and 413 (api.limits), the verify body's ids and seq are strict
 (patterns, minimum, no null-or-anything) with its two either/or rules as ``oneOf``, and the
-event and content-key path parameters carry their patterns.
+event and content-key path parameters carry their patterns. Issue 12 added the verifiable
+log's routes (checkpoint, proofs, log key, cosignatures) and their three schemas.
 """
 
 import pytest
@@ -16,15 +17,16 @@ from api import Keyring, Settings, create_app
 E = "ErrorBody"
 GUARDED = {"401": E, "404": E, "422": E, "503": E}
 WITH_BODY = {**GUARDED, "408": E, "413": E}
+ERASED = {"410": "ErasedBody"}
 
 # (method, path, operationId, tags, parameters as "in:name", response status -> schema or
 # media type, needs the API key). In the order of the document, which is the match order.
 OPERATIONS = [
     ("POST", "/replay/verify", "replay_verify_replay_verify_post", ["replay"], (),
-     {"200": "VerifyResponse", **WITH_BODY}, True),
+     {"200": "VerifyResponse", **WITH_BODY, **ERASED}, True),
     ("GET", "/replay/{content_key_hex}", "replay_serve_replay__content_key_hex__get",
      ["replay"], ("path:content_key_hex", "query:seq", "query:stream"),
-     {"200": "application/octet-stream", **GUARDED}, True),
+     {"200": "application/octet-stream", **GUARDED, **ERASED}, True),
     ("GET", "/streams", "list_streams_streams_get", ["records"], ("query:after", "query:limit"),
      {"200": "StreamList", **GUARDED}, True),
     ("GET", "/streams/{stream}", "get_stream_streams__stream__get", ["records"],
@@ -34,9 +36,9 @@ OPERATIONS = [
      {"200": "RecordPage", **GUARDED}, True),
     ("GET", "/streams/{stream}/records/{seq}", "get_record_streams__stream__records__seq__get",
      ["records"], ("path:seq", "path:stream", "query:include"),
-     {"200": "RecordOut", **GUARDED}, True),
+     {"200": "RecordOut", **GUARDED, **ERASED}, True),
     ("GET", "/events/{event_id}", "get_event_events__event_id__get", ["records"],
-     ("path:event_id", "query:include"), {"200": "RecordOut", **GUARDED}, True),
+     ("path:event_id", "query:include"), {"200": "RecordOut", **GUARDED, **ERASED}, True),
     ("GET", "/streams/{stream}/audit", "audit_stream_streams__stream__audit_get",
      ["verification"], ("path:stream",), {"200": "application/json", **GUARDED}, True),
     ("GET", "/streams/{stream}/records/{seq}/fidelity",
@@ -44,6 +46,24 @@ OPERATIONS = [
      ("path:seq", "path:stream"), {"200": "application/json", **GUARDED}, True),
     ("POST", "/fidelity/analyze", "fidelity_analyze_fidelity_analyze_post", ["verification"],
      (), {"200": "application/json", **WITH_BODY}, True),
+    ("GET", "/streams/{stream}/checkpoint", "get_checkpoint_streams__stream__checkpoint_get",
+     ["verifiable log"], ("path:stream", "query:tree_size"), {"200": "text/plain", **GUARDED},
+     True),
+    ("GET", "/streams/{stream}/proof/inclusion",
+     "prove_inclusion_streams__stream__proof_inclusion_get", ["verifiable log"],
+     ("path:stream", "query:seq", "query:tree_size"), {"200": "InclusionProof", **GUARDED}, True),
+    ("GET", "/streams/{stream}/proof/consistency",
+     "prove_consistency_streams__stream__proof_consistency_get", ["verifiable log"],
+     ("path:stream", "query:first", "query:second"), {"200": "ConsistencyProof", **GUARDED},
+     True),
+    ("GET", "/log/key", "get_log_key_log_key_get", ["verifiable log"], (),
+     {"200": "text/plain", "404": E, "503": E}, False),
+    ("POST", "/streams/{stream}/checkpoint/cosignatures",
+     "post_cosignature_streams__stream__checkpoint_cosignatures_post", ["verifiable log"],
+     ("path:stream",), {"202": "CosignatureAccepted", **WITH_BODY, "403": E, "409": E,
+                        "415": E}, True),
+    ("POST", "/admin/erasures", "post_erasure_admin_erasures_post", ["administration"], (),
+     {"202": "ErasureAccepted", **WITH_BODY, "403": E, "409": E}, True),
     ("GET", "/healthz", "healthz_healthz_get", ["operations"], (),
      {"200": "application/json"}, False),
     ("GET", "/readyz", "readyz_readyz_get", ["operations"], (),
@@ -52,9 +72,15 @@ OPERATIONS = [
 ]
 
 SCHEMAS = {
+    "ConsistencyProof": ("first", "second", "tree_size", "hashes"),
+    "CosignatureAccepted": ("stream", "tree_size", "witnesses"),
+    "ErasedBody": ("error", "message", "erased_at", "request_id"),
+    "ErasureOut": ("erased_at", "erased_at_us", "request_id"),
+    "ErasureAccepted": ("request_id", "key_ids", "erased_at", "status"),
     "ErrorBody": ("error", "message"),
     "FindingOut": ("id", "stream", "seq", "kind", "detail", "log_partition", "log_offset",
                    "found_at"),
+    "InclusionProof": ("leaf_index", "tree_size", "leaf_hash", "hashes"),
     "LogPosition": ("partition", "offset"),
     "Provider": ("name", "endpoint", "api_version"),
     "RecordOut": ("stream", "seq", "event_id", "schema_version", "occurred_at",
@@ -63,8 +89,10 @@ SCHEMAS = {
                   "prompt_digest", "provider", "model_id", "response_model", "fingerprint",
                   "params", "http_status", "response_content_type", "replay",
                   "request_policy", "streamed", "closed_early", "truncated", "writer_id",
-                  "request_length", "response_length", "log", "request_b64", "response_b64",
-                  "error_b64", "input_b64", "prompt_b64", "record_b64"),
+                  "request_length", "response_length", "log", "content", "key_id", "erasure",
+                  "request_b64", "response_b64",
+                  "error_b64", "input_b64", "prompt_b64", "record_b64", "record_sha256",
+                  "record_leaf_hash"),
     "RecordPage": ("stream", "records", "next_after_seq"),
     "Replay": ("seed", "temperature", "top_p", "deterministic"),
     "StreamDetail": ("stream", "head_seq", "head_digest", "record_count", "first_at",

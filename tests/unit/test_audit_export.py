@@ -61,3 +61,36 @@ def test_an_output_digest_of_an_unknown_wire_format_is_named_in_verify_md():
     assert not any("output_digest" in c["name"] for c in checks)
     md = files["VERIFY.md"].decode()
     assert "## output_digest: not checked" in md and "/v2/generate" in md
+
+
+def test_a_record_of_the_earlier_contract_version_exports_and_verifies(tmp_path):
+    # A 2.0 record (sealed before contract 2.1, read with its own schema from avro/history/)
+    # exports like any other: its header names its own version's fingerprint.
+    import io
+
+    import fastavro
+
+    from evidence_contract import record_digest
+    from evidence_contract._avro import HISTORY
+    from evidence_contract.codec import encode_sealed
+
+    old_capture = next(s for s in HISTORY if s.name == "CaptureEvent")
+    old_record = next(s for s in HISTORY if s.name == "EvidenceRecord")
+    b = answering(body("acme:bot", 1), "an answer")
+    b.pop("encryption", None)
+    b["schema_version"] = "2.0"
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, old_capture.parsed, b, strict=True)
+    body_avro = out.getvalue()
+    at = 1_800_000_000_000_000
+    sealed = {"seq": 1, "occurred_at": at, "prev_digest": GENESIS,
+              "record_digest": record_digest(GENESIS, 1, at, body_avro), "writer": WRITER,
+              "intake_partition": 0, "intake_offset": 5}
+    message = encode_sealed(body_avro, sealed, old_record.fingerprint)
+    files, checks = build_export(message, 0, 5)
+    _write(tmp_path, files)
+    for command, expected in _commands(files["VERIFY.md"].decode()):
+        got = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        assert got == expected, command
+    assert f"c301{old_record.fingerprint.hex()}" in files["VERIFY.md"].decode()

@@ -277,3 +277,28 @@ def test_stream_audit_from_projection_rows():
     sa.add_rows([tuple(a), tuple(b), rows[2]])
     sa.check_head(head)
     assert sa.to_dict()["findings_by_kind"] == {"projection_altered": 2}
+
+
+def test_an_event_id_in_two_streams_is_a_finding_once():
+    a = chain("ten-a:chat", 2)
+    b = chain("ten-b:chat", 1)
+    b[0]["body"]["event_id"] = a[1]["body"]["event_id"]
+    b = [seal(b[0]["body"], 0, GENESIS, 1_700_000_000_000_000 + 5, WRITER, 0, 9)]
+    values = enc(a) + enc(b) + enc(b)  # b's record twice: the copy is a chain duplicate
+    found = audit(values).findings
+    assert [(f.kind, f.stream, f.seq, f.offset) for f in found] == [
+        ("duplicate_event_id", "ten-b:chat", 1, 2), ("duplicate", "ten-b:chat", 1, 3)]
+    # audited in any order the same record is flagged: the first sealed is the original
+    found = audit(enc(b) + enc(a)).findings
+    assert [(f.kind, f.stream) for f in found] == [("duplicate_event_id", "ten-b:chat")]
+
+
+def test_a_stream_audit_checks_event_ids_within_its_stream():
+    a = chain("ten-a:chat", 1)
+    other = chain("ten-b:chat", 1)
+    other[0]["body"]["event_id"] = a[0]["body"]["event_id"]
+    other = [seal(other[0]["body"], 0, GENESIS, 1_700_000_000_000_009, WRITER, 0, 9)]
+    auditor = LogAuditor(stream="ten-a:chat")
+    for off, v in enumerate(enc(a) + enc(other)):
+        auditor.add(0, off, v)
+    assert auditor.findings == []

@@ -1,9 +1,11 @@
 import subprocess
 import sys
+import time
 
 import pytest
 
 from devstack import StackConfig, StackError, read_env
+from devstack.config import pid_alive
 from devstack.kafka import server_properties
 from devstack.procs import start_detached, wait_until
 
@@ -55,3 +57,28 @@ def test_cli_usage_error_exits_2():
     r = subprocess.run([sys.executable, "-m", "cli.main", "no-such-command"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_a_process_whose_leader_exited_runs_while_another_thread_does():
+    """A killed JVM shows its leader as a zombie while its other threads still exit and hold
+    its listening socket: it is alive until the last thread is gone."""
+    code = ("import ctypes, threading, time\n"
+            "threading.Thread(target=lambda: time.sleep(2)).start()\n"
+            "ctypes.CDLL(None).pthread_exit(None)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().split(") ", 1)[1][:1] == "Z":
+                    break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the leader never exited")
+        assert pid_alive(proc.pid), "a thread still runs"
+        deadline = time.monotonic() + 10
+        while pid_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(proc.pid), "every thread gone: a zombie is not running"
+    finally:
+        proc.wait(10)

@@ -16,8 +16,11 @@ SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count"
 
 
 def exported() -> set[str]:
-    """Every sample name the three services' registries can expose."""
-    names = set()
+    """Every sample name the three services' registries and the client's exposition can
+    expose."""
+    from evidence_client.exposition import CAPTURES, PENDING
+
+    names = {CAPTURES, PENDING}
     for registry in (WriterMetrics().registry, ProjectorMetrics().registry,
                      ApiMetrics().registry):
         for family in registry.collect():
@@ -51,5 +54,6 @@ def test_the_rules_cover_the_writer_the_projector_and_the_api():
     text = RULES.read_text()
     for needed in ("evidence_writer_transaction_commit_seconds_count", "evidence_writer_intake_lag",
                    "evidence_writer_rejected_total", "evidence_api_projector_heartbeat_age_seconds",
-                   "evidence_projector_lag", "evidence_api_projection_lag"):
+                   "evidence_projector_lag", "evidence_api_projection_lag",
+                   "evidence_client_spool_pending"):
         assert needed in text

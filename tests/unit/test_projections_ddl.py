@@ -10,6 +10,7 @@ def test_a_generation_without_indexes_plus_its_indexes_is_the_whole_schema():
     full, bare, idx = generation_sql("g1"), generation_sql("g1", indexes=False), index_sql("g1")
     assert "create index" not in bare.lower() and "primary key" in bare
     assert idx.lower().count("create index") == full.lower().count("create index") == 4
+    assert "add primary key (log_partition, log_offset)" in idx
     assert sorted(full.splitlines()) == sorted((bare + idx).splitlines())
     assert '"g1".records' in full and "{gen}" not in full
 
@@ -34,3 +35,17 @@ def test_config_reads_env_and_flags_win():
 def test_config_refuses_names_unsafe_in_sql():
     with pytest.raises(ProjectionError):
         ProjectorConfig(meta_schema='x"; drop table y; --').checked()
+
+
+def test_a_bulk_load_s_keys_are_built_as_unique_indexes_then_attached():
+    from projections.ddl import index_statements
+
+    builds, attaches = index_statements("g1")
+    assert not any("primary key" in b for b in builds)
+    assert 'create unique index records_pkey on "g1".records (log_partition, log_offset)' in builds
+    assert 'create unique index tree_nodes_pkey on "g1".tree_nodes (stream, level, idx)' in builds
+    assert attaches == [
+        'alter table "g1".records add constraint records_pkey primary key using index records_pkey',
+        'alter table "g1".tree_nodes add constraint tree_nodes_pkey primary key using index '
+        'tree_nodes_pkey']
+    assert sum(b.startswith("create index on") for b in builds) == 4

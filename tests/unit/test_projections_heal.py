@@ -33,3 +33,14 @@ def test_the_projector_heals_kafka_errors_and_transient_database_errors_only():
     assert not heals(StoreError("PostgreSQL: relation does not exist", sqlstate="42P01"))
     assert not heals(RebuildMismatch("g2", "g1", ["x"]))
     assert not heals(ProjectionError("anything else"))
+
+
+def test_synchronous_commit_is_off_by_default_and_checked():
+    from projections.config import ProjectorConfig
+    from projections.errors import ProjectionError
+
+    assert ProjectorConfig().synchronous_commit == "off"
+    cfg = ProjectorConfig.from_env({"EVIDENCE_PROJECTOR_SYNCHRONOUS_COMMIT": "on"})
+    assert cfg.synchronous_commit == "on"
+    with pytest.raises(ProjectionError, match="synchronous_commit 'maybe'"):
+        ProjectorConfig(synchronous_commit="maybe").checked()

@@ -17,9 +17,9 @@ NAMESPACE = "evidence.v2"
 # Changing a schema changes these, and with them every message header: do it on purpose.
 # Record contract 2.0 (1.0 was 6e9b9f33df6086e6, 90d30cf5699b4afc, 5cd190768a8d12ba).
 PINNED_FINGERPRINTS = {
-    "CaptureEvent": "97daea93ce13a290",
-    "EvidenceRecord": "854b3d02a904fe84",
-    "WriterHead": "ad3c8382d0926d0e",
+    "CaptureEvent": "dcad4f6e8bfbc7de",
+    "EvidenceRecord": "598d7a24f41b9228",
+    "WriterHead": "0abef15a90d74c6b",
 }
 
 PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
@@ -164,6 +164,7 @@ def test_capture_event_field_order():
         "retrieval", "provider", "model_id", "params", "fingerprint", "response_model",
         "http_status", "response_content_type", "response_bytes", "response_length",
         "response_digest", "output_digest", "error_bytes", "outcome", "replay", "capture",
+        "encryption",
     ]  # fmt: skip
     fields = dict(_fields(load("CaptureEvent")))
     assert [f["name"] for f in fields["retrieval"]["type"]["items"]["fields"]] == [

@@ -71,7 +71,8 @@ def test_undecodable_is_a_finding_without_a_stream():
 
 
 def test_every_kind_is_pinned_above():
-    assert set(KINDS) == {GAP, DUPLICATE, OUT_OF_ORDER, BROKEN_LINK, DIGEST_MISMATCH, UNDECODABLE}
+    assert set(KINDS) == {GAP, DUPLICATE, OUT_OF_ORDER, BROKEN_LINK, DIGEST_MISMATCH, UNDECODABLE,
+                          "duplicate_event_id"}  # event_id_findings' kind, tested below
 
 
 def test_gap_remembers_exactly_the_missing_seqs():
@@ -91,3 +92,32 @@ def test_without_a_body_the_digest_is_taken_as_stored():
 def test_a_head_of_another_stream_is_a_programming_error():
     with pytest.raises(ValueError):
         advance(Head.genesis("other"), L[0])
+
+
+def test_event_id_findings_flag_all_but_the_first_whatever_the_reading_order():
+    import itertools
+
+    from evidence_contract.chain import DUPLICATE_EVENT_ID, Sighting, event_id_findings
+
+    sights = [Sighting("e1", "a", 1, 300, 0, 10), Sighting("e1", "b", 4, 100, 2, 7),
+              Sighting("e1", "c", 9, 200, 1, 3), Sighting("e2", "a", 2, 400, 0, 11)]
+    for order in itertools.permutations(sights):
+        for cut in range(len(order) + 1):
+            # judged in two batches, the first batch's sightings known to the second
+            found = event_id_findings([], order[:cut]) + event_id_findings(order[:cut],
+                                                                            order[cut:])
+            flagged = sorted((f.stream, f.seq) for f in found)
+            assert flagged == [("a", 1), ("c", 9)], (order, cut)
+            assert {f.kind for f in found} == {DUPLICATE_EVENT_ID}
+            for f in found:  # names a record sealed before the flagged one
+                me = next(x for x in sights if (x.stream, x.seq) == (f.stream, f.seq))
+                assert any(f"{x.partition}:{x.offset} " in f.detail and x.order < me.order
+                           for x in sights), f.detail
+
+
+def test_event_id_findings_need_two_records():
+    from evidence_contract.chain import Sighting, event_id_findings
+
+    s = Sighting("e1", "a", 1, 300, 0, 10)
+    assert event_id_findings([], [s]) == []
+    assert event_id_findings([s], []) == []

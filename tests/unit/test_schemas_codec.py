@@ -12,6 +12,7 @@ from evidence_contract import (
     EncodeError,
     EvidenceError,
     body_bytes,
+    canonical_body_bytes,
     decode,
     encode,
     encode_sealed,
@@ -34,16 +35,21 @@ HEAD = {
     "event_id": "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
     "log_partition": 3,
     "log_offset": None,
+    "tree_size": 4,
+    "tree_nodes": [bytes(range(32, 64))],
+    "checkpoint_size": 4,
 }
 
 # Exact bytes, pinned: any change to the schemas or the codec shows up here. Record contract
-# 2.0: digests are Avro bytes (a 0x40 length, then 32 bytes), new fields, new fingerprints.
+# 2.1: digests are Avro bytes (a 0x40 length, then 32 bytes); ``encryption`` (null: 0x00) is
+# the body's last field. The 2.0 bytes (GOLDEN_2_0_*) stay readable, with their own schemas.
 GOLDEN_WRITER_HEAD = (
-    "c301ad3c8382d0926d0e02730e40000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e"
+    "c3010abef15a90d74c6b02730e40000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e"
     "1f80dedaca88a8ec054830313766323265322d373962302d376363332d393863342d6463306330633037333938"
     "660600"
+    "080240202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f0008"  # the tree
 )
-GOLDEN_FAILED_BODY = (
+GOLDEN_2_0_FAILED_BODY = (
     "06322e304830313766323265322d373962312d373030302d383030302d3030303030303030303030322a74656e"
     "616e742d613a737570706f72742e63686174a0a9f3cb88a8ec0540d5c31a4eeeb5dad4295b95021f441fb23dde"
     "46158e14c7918e08541a38fa964900c601000000000012616e7468726f7069634a68747470733a2f2f6170692e"
@@ -54,12 +60,31 @@ GOLDEN_FAILED_BODY = (
     "6d69746564227d7d020002666666666666e63f02cdccccccccccec3f003865766964656e63652d73746f72652d"
     "676174657761792f302e312e30000201000080e7d4cb88a8ec0502a0c21e"
 )
-GOLDEN_FAILED_CAPTURE = "c30197daea93ce13a290" + GOLDEN_FAILED_BODY
-GOLDEN_SEQ2_RECORD = (
+GOLDEN_2_0_FAILED_CAPTURE = "c30197daea93ce13a290" + GOLDEN_2_0_FAILED_BODY
+GOLDEN_2_0_SEQ2_RECORD = (
     "c301854b3d02a904fe84"
-    + GOLDEN_FAILED_BODY
+    + GOLDEN_2_0_FAILED_BODY
     + "04c0b6f9cb88a8ec05408b15a920c95001e51ec21fe77726d5e8a16fbbf5ec35d01bd4fbe06b247e38af402515"
     "6e2bfb337b9675fc636ffcb5b9f029818898e587439daebff43492293339107772697465722d30226576696465"
+    "6e63652d7772697465722d300a302e312e300002"
+)
+GOLDEN_FAILED_BODY = (
+    "06322e314830313766323265322d373962312d373030302d383030302d3030303030303030303030322a74656e"
+    "616e742d613a737570706f72742e63686174a0a9f3cb88a8ec0540d5c31a4eeeb5dad4295b95021f441fb23dde"
+    "46158e14c7918e08541a38fa964900c601000000000012616e7468726f7069634a68747470733a2f2f6170692e"
+    "616e7468726f7069632e636f6d2f76312f6d657373616765730214323032332d30362d3031022e636c61756465"
+    "2d332d352d6861696b752d6c617465737402227b226d61785f746f6b656e73223a36347d000002da0602206170"
+    "706c69636174696f6e2f6a736f6e00000000029a017b2274797065223a226572726f72222c226572726f72223a"
+    "7b2274797065223a22726174655f6c696d69745f6572726f72222c226d657373616765223a2252617465206c69"
+    "6d69746564227d7d020002666666666666e63f02cdccccccccccec3f003865766964656e63652d73746f72652d"
+    "676174657761792f302e312e30000201000080e7d4cb88a8ec0502a0c21e00"
+)
+GOLDEN_FAILED_CAPTURE = "c301dcad4f6e8bfbc7de" + GOLDEN_FAILED_BODY
+GOLDEN_SEQ2_RECORD = (
+    "c301598d7a24f41b9228"
+    + GOLDEN_FAILED_BODY
+    + "04c0b6f9cb88a8ec054033b619543bc5b8be5ce44512308d5ce9db9d8e8efb9a87b7c3efde73b4ba6c02407b2e"
+    "24b714b4992a762194f28dd20eac748b66b08b066dff174c88ab345846ea107772697465722d30226576696465"
     "6e63652d7772697465722d300a302e312e300002"
 )
 
@@ -77,6 +102,40 @@ def test_golden_failed_capture():
 def test_golden_sealed_record():
     _, second = sealed_records()
     assert encode("EvidenceRecord", second).hex() == GOLDEN_SEQ2_RECORD
+
+
+def test_the_2_1_body_is_the_2_0_body_and_a_null_encryption():
+    # Avro appends the added field: a 2.0 body plus 0x00 (null branch), version text aside.
+    assert GOLDEN_FAILED_BODY == GOLDEN_2_0_FAILED_BODY.replace("06322e30", "06322e31", 1) + "00"
+
+
+def test_a_2_0_capture_and_record_decode_with_their_own_schema():
+    # Existing producers and the log's 2.0 records: read with the schema they were written
+    # with, never resolved (no ``encryption`` key), stored body bytes exactly as sealed.
+    from evidence_contract import read_body, read_canonical_body, record_fingerprint_for
+
+    name, capture = decode(bytes.fromhex(GOLDEN_2_0_FAILED_CAPTURE))
+    assert name == "CaptureEvent" and "encryption" not in capture
+    assert capture["schema_version"] == "2.0" and capture["outcome"] == "FAILED"
+    raw = bytes.fromhex(GOLDEN_2_0_FAILED_CAPTURE)
+    assert read_body(raw) == (capture, len(raw))
+    assert read_canonical_body(raw) == (capture, len(raw))
+    assert record_fingerprint_for(raw[2:10]).hex() == "854b3d02a904fe84"
+    assert record_fingerprint_for(fingerprint("CaptureEvent")) == fingerprint("EvidenceRecord")
+    stored, record = split_record(bytes.fromhex(GOLDEN_2_0_SEQ2_RECORD))
+    assert stored.hex() == GOLDEN_2_0_FAILED_BODY and record["body"] == capture
+    s = record["seal"]
+    assert record_digest(s["prev_digest"], s["seq"], s["occurred_at"], stored) == s["record_digest"]
+    assert canonical_body_bytes(capture, raw[2:10]).hex() == GOLDEN_2_0_FAILED_BODY
+    assert encode_sealed(stored, s, bytes.fromhex("854b3d02a904fe84")).hex() == GOLDEN_2_0_SEQ2_RECORD
+
+
+def test_a_body_without_encryption_encodes_as_null_but_a_wrong_one_does_not():
+    event = failed_event()
+    del event["encryption"]
+    assert body_bytes(event).hex() == GOLDEN_FAILED_BODY
+    with pytest.raises(EncodeError):
+        body_bytes({**failed_event(), "encryption": {"scheme": "x"}})
 
 
 def test_header_is_marker_and_fingerprint():
@@ -306,3 +365,75 @@ def test_tampered_body_breaks_the_recomputed_digest():
     stored, record = split_record(bytes(data))
     s = record["seal"]
     assert record_digest(s["prev_digest"], s["seq"], s["occurred_at"], stored) != s["record_digest"]
+
+
+def test_a_writer_head_of_the_previous_schema_reads_with_the_added_fields_defaulted():
+    # evidence.writer-state is compacted and outlives an upgrade: a head written before the
+    # tree fields existed (avro/history/) still decodes, resolved into the current schema.
+    import io
+    import json
+    from pathlib import Path
+
+    import fastavro
+
+    from evidence_contract import decode, encode
+    from evidence_contract.codec import fingerprint
+
+    old_file = next((Path(__file__).resolve().parents[2] / "schemas" / "avro" / "history")
+                    .glob("WriterHead.*.avsc"))
+    old = fastavro.parse_schema(json.loads(old_file.read_text()))
+    head = {"stream": "acme:chat", "seq": 7, "record_digest": b"\x05" * 32,
+            "occurred_at": 1_700_000_000_000_000, "event_id": "0190a0b0-0000-7000-8000-000000000000",
+            "log_partition": 2, "log_offset": 9}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, old, head)
+    old_fp = bytes.fromhex(old_file.name.split(".")[1])
+    assert old_fp != fingerprint("WriterHead")
+    name, rec = decode(b"\xc3\x01" + old_fp + body.getvalue())
+    assert name == "WriterHead"
+    assert {k: rec[k] for k in head} == head
+    assert (rec["tree_size"], rec["tree_nodes"], rec["checkpoint_size"]) == (0, [], 0)
+    # and it is written back in the current schema only
+    assert encode("WriterHead", rec)[2:10] == fingerprint("WriterHead")
+
+
+def test_the_compiled_digest_check_agrees_with_the_walk_on_every_digest_path():
+    """wrong_size_digest runs a generated straight-line check first and names a misfit with
+    the generic walk: every digest path, every bad size and type, and the types the walk
+    accepts (bytearray, memoryview), give the walk's own answer."""
+    from evidence_contract.codec import _DIGEST_PATHS, _misfit
+
+    def walk(record):
+        for parts in _DIGEST_PATHS["CaptureEvent"]:
+            found = _misfit(record, parts, 0, "")
+            if found:
+                return found
+        return None
+
+    base = committed_event()
+    base["retrieval"] = [dict(base["retrieval"][0]) for _ in range(3)]
+    for field in DIGEST_FIELDS["CaptureEvent"]:
+        for bad in (bytes(31), bytes(33), b"", bytearray(32), memoryview(bytes(32)), "x" * 32, 32):
+            event = {**base, "retrieval": [dict(r) for r in base["retrieval"]]}
+            if field.startswith("retrieval[]."):
+                event["retrieval"][2][field.split(".", 1)[1]] = bad
+            else:
+                event[field] = bad
+            assert wrong_size_digest("CaptureEvent", event) == walk(event), (field, bad)
+    assert wrong_size_digest("CaptureEvent", base) is None is walk(base)
+
+
+def test_a_body_error_names_no_object_address(monkeypatch):
+    """The text goes into a rejection's reason: the same bytes give the same text, whatever
+    address fastavro's message carries."""
+    from evidence_contract import codec
+
+    def boom(fo, schema, reader_schema):
+        fo.read(3)
+        raise ValueError(f"cannot read from {fo!r}")
+
+    monkeypatch.setattr(codec.fastavro, "schemaless_reader", boom)
+    data = encode("CaptureEvent", committed_event())
+    with pytest.raises(DecodeError) as err:
+        codec.read_body(data, 10)
+    assert " at 0x…>" in str(err.value) and not re.search(r"0x[0-9a-f]{6,}", str(err.value))

@@ -241,8 +241,8 @@ def test_leaf_hash_of_the_published_records_is_pinned():
     got = {v["name"]: record_leaf_hash(H(v["encoded_hex"])).hex()
            for v in published if v["schema"] == "EvidenceRecord"}
     assert got == {
-        "evidence_seq1_from_genesis": "c9550c8bfb5b711ca00f16403ef1e858ff5a365baa042e0c16a2e49cba5b40f1",
-        "evidence_seq2_chained": "9d03f85edaae1fb043f9c15b37de729b2e3b58c315c4dbd04e228ca36f41eafd",
+        "evidence_seq1_from_genesis": "483fa52707783b96f2c1617f198419352d2b8d2aa627f72e7213531b0baa7188",
+        "evidence_seq2_chained": "cff8911a3420f7ebf85eb4e30868c4a687759f89b608d2b859e6a232716d6282",
     }
 
 

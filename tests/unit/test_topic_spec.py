@@ -1,9 +1,24 @@
-from topics import MIB, TopicNames, TopicSettings, config_problems, topic_specs
+from types import SimpleNamespace
+
+import pytest
+
+from topics import (
+    MIB,
+    TopicConfigError,
+    TopicNames,
+    TopicPartitionsError,
+    TopicSettings,
+    config_problems,
+    partition_mismatches,
+    topic_specs,
+    topics_error,
+)
 
 
 def test_names_share_a_prefix():
     assert TopicNames().all() == ("evidence.intake", "evidence.log",
-                                  "evidence.writer-state", "evidence.rejected")
+                                  "evidence.writer-state", "evidence.rejected",
+                                  "evidence.checkpoints", "evidence.erasures")
     assert TopicNames("t1").log == "t1.log"
 
 
@@ -21,7 +36,8 @@ def test_every_topic_has_the_same_partition_count():
 
 def test_record_and_rejected_topics_keep_everything_forever():
     specs = {s.name: s for s in topic_specs(TopicSettings())}
-    for name in ("evidence.log", "evidence.rejected"):
+    for name in ("evidence.log", "evidence.rejected", "evidence.checkpoints",
+                 "evidence.erasures"):
         c = specs[name].configs
         assert c["cleanup.policy"] == "delete"
         assert c["retention.ms"] == c["retention.bytes"] == "-1"
@@ -39,3 +55,81 @@ def test_config_problems_names_each_difference():
     ]
     assert config_problems(spec, 3, spec.configs) == ["evidence.log: 3 partitions, expected 6"]
     assert config_problems(spec, 6, spec.configs) == []
+
+
+def _counts(n: int, **overrides: int) -> dict[str, int]:
+    return {name: overrides.get(name, n) for name in TopicNames().all()}
+
+
+def test_topics_error_is_none_when_nothing_is_wrong():
+    specs = topic_specs(TopicSettings())
+    assert topics_error(specs, _counts(6), []) is None
+
+
+def test_a_wrong_config_alone_is_not_a_partition_error():
+    specs = topic_specs(TopicSettings())
+    e = topics_error(specs, _counts(6), ["evidence.log: cleanup.policy=compact, expected delete"])
+    assert type(e) is TopicConfigError
+    assert "kafka-configs" in str(e)
+
+
+def test_a_partition_count_change_is_refused_with_the_migration():
+    specs = topic_specs(TopicSettings(partitions=12))
+    counts = _counts(6)
+    problems = [line for s in specs for line in config_problems(s, counts[s.name], s.configs)]
+    e = topics_error(specs, counts, problems)
+    assert isinstance(e, TopicPartitionsError) and isinstance(e, TopicConfigError)
+    text = str(e)
+    for name in TopicNames().all():
+        assert f"{name}: 6 partitions, expected 12" in text
+    assert "EVIDENCE_TOPIC_PARTITIONS=12; the existing topics have 6" in text
+    assert "set EVIDENCE_TOPIC_PARTITIONS=6" in text
+    assert "kafka-topics --alter --partitions" in text
+    assert "new EVIDENCE_TOPIC_PREFIX" in text and "docs/sizing.md" in text
+    assert partition_mismatches(specs, counts) == counts
+
+
+def test_topics_that_disagree_among_themselves_are_each_named():
+    specs = topic_specs(TopicSettings())
+    counts = _counts(6, **{"evidence.log": 12})
+    e = topics_error(specs, counts, ["evidence.log: 12 partitions, expected 6"])
+    assert isinstance(e, TopicPartitionsError)
+    assert "disagree among themselves" in str(e)
+    assert "evidence.intake 6" in str(e) and "evidence.log 12" in str(e)
+    assert "set EVIDENCE_TOPIC_PARTITIONS=" not in str(e)
+    assert partition_mismatches(specs, counts) == {"evidence.log": 12}
+
+
+class _Future:
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+class _FakeAdmin:
+    """What ``topics.admin._check`` reads of an AdminClient: metadata and configs."""
+
+    def __init__(self, specs, partitions: int):
+        self._specs = {s.name: s for s in specs}
+        self._partitions = partitions
+
+    def list_topics(self, timeout):
+        topic = SimpleNamespace(partitions=dict.fromkeys(range(self._partitions)), error=None)
+        return SimpleNamespace(topics=dict.fromkeys(self._specs, topic))
+
+    def describe_configs(self, resources, request_timeout):
+        return {r: _Future({k: SimpleNamespace(value=v)
+                            for k, v in self._specs[r.name].configs.items()})
+                for r in resources}
+
+
+def test_check_topics_refuses_a_cluster_with_another_partition_count(monkeypatch):
+    import topics.admin
+
+    existing = topic_specs(TopicSettings(partitions=6))
+    monkeypatch.setattr(topics.admin, "_admin", lambda bootstrap: _FakeAdmin(existing, 6))
+    topics.admin.check_topics("fake:9092", TopicSettings(partitions=6))
+    with pytest.raises(TopicPartitionsError, match="6 partitions, expected 8"):
+        topics.admin.check_topics("fake:9092", TopicSettings(partitions=8))

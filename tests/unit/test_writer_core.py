@@ -75,7 +75,8 @@ def test_non_canonical_avro_is_reencoded():
 def _bad_cases():
     good = _v()
     head = encode("WriterHead", {"stream": S, "seq": 1, "record_digest": GENESIS, "occurred_at": 1,
-                                 "event_id": "e", "log_partition": 0, "log_offset": None})
+                                 "event_id": "e", "log_partition": 0, "log_offset": None,
+                                 "tree_size": 0, "tree_nodes": [], "checkpoint_size": 0})
     k = S.encode()
     return [
         (None, k, Reason.NOT_AVRO),
@@ -340,6 +341,38 @@ def test_dedup_window_is_bounded_by_age_and_count():
         DedupWindow(0, 1)
 
 
+def test_a_transaction_s_ids_added_at_once_leave_what_an_add_each_leaves():
+    """add_all (the commit's) expires once: with seal times that do not go down, exactly
+    the ids (in order) an add each leaves; with times that do, never an id fewer."""
+    import random
+
+    def run(down: bool, max_ids: int, seed: int) -> tuple[DedupWindow, DedupWindow]:
+        rng = random.Random(seed)
+        one, all_ = DedupWindow(100, max_ids), DedupWindow(100, max_ids)
+        t = 0
+        for _ in range(rng.randint(1, 6)):  # transactions
+            batch: dict[str, int] = {}
+            for _ in range(rng.randint(0, 8)):
+                t += rng.randint(0, 60)
+                eid = f"e{rng.randint(0, 15)}"
+                batch.pop(eid, None)  # a repeat id moves to the end, as in the commit
+                batch[eid] = t - (rng.choice([0, 0, 150]) if down else 0)
+            if not down:  # times that do not go down, as a clock's
+                batch = dict(zip(batch, sorted(batch.values())))
+            for eid, at in batch.items():
+                one.add(eid, at)
+            all_.add_all(batch)
+            if not down:
+                assert list(one._ids.items()) == list(all_._ids.items())
+            else:
+                assert set(one._ids) <= set(all_._ids)
+        return one, all_
+
+    for seed in range(300):
+        run(False, 1 + seed % 12, seed)
+        run(True, 10_000, seed)
+
+
 def _sealer():
     s = Sealer(W, MAX, dedup_max_age_us=10**12, dedup_max_ids=1000)
     s.assign(0, {}, s.new_window())
@@ -402,3 +435,18 @@ def test_a_capture_on_another_partition_than_its_streams_is_rejected():
     assert isinstance(wrong, Rejection) and wrong.reason == Reason.WRONG_PARTITION
     assert f"partition {home}" in wrong.text
     assert isinstance(s.handle(_v(), S.encode(), home, 0, 11), Sealed)
+
+
+def test_an_event_id_sealed_in_another_stream_of_the_partition_is_absorbed():
+    # The writer sees every stream of its partitions: a capture that reuses an event_id
+    # already sealed there, in any stream, is absorbed (the projector and the audit flag
+    # what lands on another partition, which the writer cannot see).
+    s = _sealer()
+    first = make_capture(S)
+    other = make_capture("tenant-b:chat", event_id=first["event_id"])
+    assert isinstance(s.handle(encode_capture(first), S.encode(), 0, 0, 10), Sealed)
+    out = s.handle(encode_capture(other), b"tenant-b:chat", 0, 1, 11)
+    assert isinstance(out, Duplicate) and out.stream == "tenant-b:chat"
+    s.commit()
+    again = make_capture("tenant-c:chat", event_id=first["event_id"])
+    assert isinstance(s.handle(encode_capture(again), b"tenant-c:chat", 0, 2, 12), Duplicate)

@@ -130,6 +130,7 @@ class FakeProducer:
         self.buffer_full = 0  # produce() raises BufferError this many times first
         self.hang: dict[str, threading.Event] = {}  # method -> blocks until the event is set
         self.report: deque[KafkaError] = deque()  # given to error_cb inside the next poll
+        self.report_after_polls = 0  # ...or only after this many more polls (queued late)
 
     def fail(self, method: str, err: KafkaError, times: int = 1) -> None:
         self._failures[method].extend([err] * times)
@@ -182,6 +183,9 @@ class FakeProducer:
 
     def poll(self, timeout: float = 0) -> int:
         self.calls["poll"] += 1
+        if self.report_after_polls:
+            self.report_after_polls -= 1
+            return 0
         while self.report:
             self.config["error_cb"](self.report.popleft())
         return 0
@@ -502,7 +506,9 @@ def test_an_abortable_error_aborts_rewinds_and_reseals_the_same_captures_with_th
     assert fakes.service.metrics.sealed._value.get() == 5
     assert not events(caplog, "duplicate"), "a re-sealed capture is not a duplicate"
     heads = fakes.cluster.values(NAMES.writer_state)
-    assert len(heads) == 2 and heads[-1] == encode_head(fakes.service.sealer.head(0, STREAM), 0)
+    assert len(heads) == 2 and heads[-1] == encode_head(
+            fakes.service.sealer.head(0, STREAM), 0,
+            fakes.service.sealer.trees.tree(0, STREAM).state(signing=False))
 
 
 def test_a_failed_begin_transaction_aborts_nothing_and_rewinds(fakes, caplog):
@@ -665,6 +671,29 @@ def test_a_generic_fatal_error_is_named_by_the_error_callback_and_a_rival_ends_t
     [fenced] = events(caplog, "fenced")
     assert fenced["code"] == "_FENCED" and rival.member_id in fenced["rival"]
     assert not events(caplog, "reconnecting")
+
+
+def test_a_fencing_event_queued_after_the_failed_call_still_names_it(caplog):
+    """librdkafka marks the producer fatal before it queues the fatal error event, so the
+    produce in progress can fail before a poll(0) would see the event (seen in CI: the
+    fenced writer healed, fenced its rival back, and the two took turns). The writer waits
+    for the event a little; a rival then ends it."""
+    f = Fakes()
+    f.start()
+    f.captures(1)
+    f.step()
+    rival = FakeConsumer(f.cluster, {"group.id": CONFIG.group_id, "client.id": "other",
+                                     "group.instance.id": CONFIG.instance_id})
+    f.cluster.static[(CONFIG.group_id, CONFIG.instance_id)] = rival
+    f.captures(1)
+    f.producer.fail("produce", kafka_error(KafkaError._FATAL, fatal=True))
+    f.producer.report.append(kafka_error(KafkaError._FENCED, fatal=True))
+    f.producer.report_after_polls = 3
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: False) == EXIT_FENCED
+    [fenced] = events(caplog, "fenced")
+    assert fenced["code"] == "_FENCED"
+    assert not events(caplog, "reconnecting"), "the fenced writer must not reconnect"
 
 
 def test_fenced_again_and_again_with_the_group_unknown_is_a_rival(caplog):

@@ -4,11 +4,17 @@
 // leaves, and inclusion and consistency proofs.
 //
 //	tlogverify FILE.json
+//	tlogverify extends FILE.json
 //
 // Nothing here is shared with the Python side: keys are parsed by golang.org/x/mod/sumdb/note
 // and github.com/transparency-dev/formats/note, the checkpoint by formats/log, hashes and
 // proofs by github.com/transparency-dev/merkle. It prints one JSON summary line and exits 0
 // when every check passes, or prints "FAIL <check>: <reason>" and exits 1 at the first failure.
+//
+// "extends" is the outside auditor holding only a checkpoint a witness cosigned earlier: it
+// takes that note, the log's latest checkpoint and the log's consistency proof between their
+// sizes (FILE.json: extendsInput) and checks both signatures, the cosignature and that the
+// latest tree extends the witnessed one. A log rewritten since fails it.
 package main
 
 import (
@@ -56,6 +62,64 @@ type input struct {
 	} `json:"consistency"`
 }
 
+// extendsInput is the file of "tlogverify extends"; proof hashes are standard base64.
+type extendsInput struct {
+	Origin       string   `json:"origin"`
+	LogVKey      string   `json:"log_vkey"`
+	CosignerVKey string   `json:"cosigner_vkey"`
+	Witnessed    string   `json:"witnessed"`
+	Latest       string   `json:"latest"`
+	Proof        [][]byte `json:"proof"`
+}
+
+func extends(path string) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		fail("read", "%v", err)
+	}
+	var in extendsInput
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		fail("json", "%v", err)
+	}
+	logV, err := note.NewVerifier(in.LogVKey)
+	if err != nil {
+		fail("log_vkey", "%v", err)
+	}
+	cosV, err := fnote.NewVerifierForCosignatureV1(in.CosignerVKey)
+	if err != nil {
+		fail("cosigner_vkey", "%v", err)
+	}
+	old, _, oldNote, err := log.ParseCheckpoint([]byte(in.Witnessed), in.Origin, logV, cosV)
+	if err != nil {
+		fail("witnessed", "%v", err)
+	}
+	cosigned := false
+	for _, s := range oldNote.Sigs {
+		if s.Name == cosV.Name() && s.Hash == cosV.KeyHash() {
+			cosigned = true
+		}
+	}
+	if !cosigned {
+		fail("witnessed", "no verified cosignature by %s+%08x", cosV.Name(), cosV.KeyHash())
+	}
+	latest, _, _, err := log.ParseCheckpoint([]byte(in.Latest), in.Origin, logV)
+	if err != nil {
+		fail("latest", "%v", err)
+	}
+	if latest.Size < old.Size {
+		fail("consistency", "the log's latest tree (%d) is smaller than the witnessed one (%d)", latest.Size, old.Size)
+	}
+	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, old.Size, latest.Size, in.Proof, old.Hash, latest.Hash); err != nil {
+		fail("consistency", "the log's tree of %d does not extend the witnessed tree of %d: %v", latest.Size, old.Size, err)
+	}
+	summary, _ := json.Marshal(map[string]any{
+		"ok": true, "origin": old.Origin, "witnessed": old.Size, "latest": latest.Size,
+	})
+	fmt.Println(string(summary))
+}
+
 func fail(check string, format string, args ...any) {
 	fmt.Printf("FAIL %s: %s\n", check, fmt.Sprintf(format, args...))
 	os.Exit(1)
@@ -81,8 +145,12 @@ func rootsOf(leafHashes [][]byte) ([][]byte, error) {
 }
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "extends" {
+		extends(os.Args[2])
+		return
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: tlogverify FILE.json")
+		fmt.Fprintln(os.Stderr, "usage: tlogverify FILE.json | tlogverify extends FILE.json")
 		os.Exit(2)
 	}
 	raw, err := os.ReadFile(os.Args[1])

@@ -1,0 +1,160 @@
+"""``evidence retention``: retention classes, the scheduled shredder and legal holds.
+
+    evidence retention run [--once] [--interval S] [--dry-run]
+    evidence retention status [--json]
+    evidence retention hold --subject ID --reason TEXT [--request-id R]
+    evidence retention release --subject ID [--request-id R]
+
+The key store is the one ``EVIDENCE_KEY_STORE`` names (``server.keystore.from_env``); the
+classes come from ``EVIDENCE_RETENTION_FILE`` (``server.retention``); receipts go through
+Kafka at ``EVIDENCE_KAFKA_BOOTSTRAP`` with ``EVIDENCE_TOPIC_PREFIX`` (the local stack's
+``.stack/env`` fills in what the environment does not say).
+
+Exit codes: 0 done; 1 could not run (key store or Kafka unreachable, or a run with
+failures); 2 usage error (a bad retention file included); 3 from ``run`` when the retention
+file is not set (a supervisor does not restart it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+HELP = "retention classes: the scheduled shredder (run), status, legal hold and release"
+
+EXIT_NOT_CONFIGURED = 3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="retention_command", required=True)
+    run = sub.add_parser("run", help="shred the keys whose retention ended (every --interval)")
+    run.add_argument("--once", action="store_true", help="one run, then exit")
+    run.add_argument("--interval", type=float, default=3600.0, metavar="S",
+                     help="seconds between runs (default 3600)")
+    run.add_argument("--dry-run", action="store_true", help="say what is due; destroy nothing")
+    st = sub.add_parser("status", help="classes, streams and subjects per class, next shred, "
+                                       "holds, erased counts")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    hold = sub.add_parser("hold", help="put a subject under a legal hold (no erasure until "
+                                       "released)")
+    hold.add_argument("--subject", required=True)
+    hold.add_argument("--reason", required=True)
+    hold.add_argument("--request-id")
+    rel = sub.add_parser("release", help="lift a subject's legal hold")
+    rel.add_argument("--subject", required=True)
+    rel.add_argument("--request-id")
+
+
+def _env() -> dict[str, str]:
+    from .tlog import stack_env
+
+    return stack_env()
+
+
+def _store(env: dict[str, str]) -> Any:
+    from server.keystore import from_env
+
+    return from_env(env)
+
+
+def _policy(env: dict[str, str]) -> Any:
+    from server.retention import policy_from_env
+
+    return policy_from_env(env)
+
+
+def _usage(msg: str) -> int:
+    print(f"evidence retention: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from server.retention import RetentionConfigError
+
+    env = _env()
+    try:
+        if args.retention_command == "run":
+            return _run(args, env)
+        if args.retention_command == "status":
+            return _status(args, env)
+        store = _store(env)
+        if args.retention_command == "hold":
+            h = store.hold(args.subject, args.reason, args.request_id)
+            print(f"held {h.subject} since {h.held_at} ({h.reason})")
+            return 0
+        h = store.release(args.subject, args.request_id)
+        print(f"released {args.subject}" if h else f"{args.subject} was not held")
+        return 0
+    except RetentionConfigError as e:
+        return _usage(str(e))
+    except ValueError as e:
+        return _usage(str(e))
+
+
+def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from evidence_contract.topics import TopicNames
+    from server.erasure import producer_config
+    from server.logs import configure
+    from server.retention import serve
+
+    if args.interval <= 0:
+        return _usage("--interval must be > 0")
+    policy = _policy(env)
+    if policy is None:
+        print("evidence retention run: EVIDENCE_RETENTION_FILE is not set; nothing to do",
+              file=sys.stderr)
+        return EXIT_NOT_CONFIGURED
+    configure(env.get("EVIDENCE_LOG_LEVEL", "info"))
+    store = _store(env)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger("evidence.retention").info(
+        "retention: policy %s (sha256 %s), %d classes, every %.0f s%s", policy.source,
+        policy.digest[:16], len(policy.classes), args.interval,
+        " (dry run)" if args.dry_run else "")
+
+    def report(result: Any) -> None:
+        if args.once:
+            print(json.dumps(result.summary(), sort_keys=True))
+
+    bad = serve(store, policy, producer_config(env),
+                topics=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX") or "evidence"),
+                interval_s=args.interval, dry_run=args.dry_run, stop=stop, once=args.once,
+                on_run=report)
+    return 1 if (args.once and bad) else 0
+
+
+def _status(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from server.retention import status
+
+    doc = status(_store(env), _policy(env))
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    pol = doc["policy"]
+    print(f"policy   {pol['file']} (sha256 {pol['sha256'][:16]}…, default class "
+          f"{pol['default'] or 'none: kept'})" if pol else
+          "policy   none (EVIDENCE_RETENTION_FILE not set): nothing is shredded")
+    k = doc["keys"]
+    print(f"keys     {k['live']} live, {k['erased']} erased ({k['erased_by_retention']} by "
+          f"retention), {k['epoch_all']} live of epoch 'all' (never shredded by retention)")
+    for c in doc["classes"]:
+        print(f"class    {c['name']}: keep {c['keep_days']} days; patterns "
+              f"{', '.join(c['patterns']) or '-'}; streams {', '.join(c['streams']) or '-'}; "
+              f"{c['subjects']} subjects, {c['live_keys']} live keys ({c['due_now']} due, "
+              f"{c['held']} held), {c['erased_keys']} erased; next shred "
+              f"{c['next_shred'] or '-'}")
+    if "kept_forever" in doc:
+        print(f"kept     {doc['kept_forever']} live keys in no class (kept)")
+    for h in doc["holds"]:
+        print(f"hold     {h['subject']}: {h['reason']} (since {h['held_at']}"
+              f"{', request ' + h['request_id'] if h['request_id'] else ''})")
+    if not doc["holds"]:
+        print("holds    none")
+    return 0
