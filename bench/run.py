@@ -170,29 +170,11 @@ def stack_pids() -> dict[str, int]:
     return out
 
 
-def wait_projected(url: str, views: str, n: int, svc: Any, timeout: float = 1800) -> float:
-    import psycopg
-
-    t0 = time.monotonic()
-    with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            svc.assert_alive()
-            try:
-                got = conn.execute(f'select count(*) from "{views}".records').fetchone()[0]
-            except psycopg.Error:
-                got = 0
-            if got >= n:
-                return time.monotonic() - t0
-            if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"projected {got} of {n} records in {timeout} s")
-            time.sleep(0.2)
-
-
-def wait_settled(url: str, views: str, svc: Any, quiet_s: float = 3.0,
-                 timeout: float = 600) -> tuple[float, int]:
-    """Wait until the projection has stopped growing for ``quiet_s`` (the writer and the
-    projector have drained what the latency runs left queued); returns the seconds it took
-    and the records projected."""
+def _watch_projected(url: str, views: str, svc: Any, done: Any, timeout: float,
+                     fail: str) -> tuple[float, int]:
+    """Poll the projection's record count until ``done(count, seconds_unchanged)``; returns
+    the seconds it took and the count. Raises ``fail`` (formatted with ``timeout`` and
+    ``got``) past ``timeout``."""
     import psycopg
 
     t0 = time.monotonic()
@@ -200,15 +182,33 @@ def wait_settled(url: str, views: str, svc: Any, quiet_s: float = 3.0,
     with psycopg.connect(url, autocommit=True) as conn:
         while True:
             svc.assert_alive()
-            got = conn.execute(f'select count(*) from "{views}".records').fetchone()[0]
+            try:
+                got = conn.execute(f'select count(*) from "{views}".records').fetchone()[0]
+            except psycopg.Error:  # the views of a generation being swapped in
+                got = 0
             now = time.monotonic()
             if got != last:
                 last, since = got, now
-            elif now - since >= quiet_s:
+            if done(got, now - since):
                 return now - t0, got
             if now - t0 > timeout:
-                raise RuntimeError(f"the projection still grows after {timeout} s ({got})")
-            time.sleep(0.25)
+                raise RuntimeError(fail.format(timeout=timeout, got=got))
+            time.sleep(0.2)
+
+
+def wait_projected(url: str, views: str, n: int, svc: Any, timeout: float = 1800) -> float:
+    """Seconds until the projection holds ``n`` records."""
+    return _watch_projected(url, views, svc, lambda got, _quiet: got >= n, timeout,
+                            "projected {got} of %d records in {timeout} s" % n)[0]
+
+
+def wait_settled(url: str, views: str, svc: Any, quiet_s: float = 3.0,
+                 timeout: float = 600) -> tuple[float, int]:
+    """Wait until the projection has stopped growing for ``quiet_s`` (the writer and the
+    projector have drained what the latency runs left queued); returns the seconds it took
+    and the records projected."""
+    return _watch_projected(url, views, svc, lambda _got, quiet: quiet >= quiet_s, timeout,
+                            "the projection still grows after {timeout} s ({got})")
 
 
 def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:

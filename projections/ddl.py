@@ -19,7 +19,6 @@ stack's.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 
 TABLES = ("records", "heads", "findings", "positions", "heartbeat", "tree_nodes", "trees",
@@ -81,8 +80,12 @@ generation made before them gets them when the projector follows it (its trees t
 empty and do not grow past its first record: rebuild it to have proofs)."""
 
 
-TREE_NODES_KEY = """alter table {gen}.tree_nodes add primary key (stream, level, idx)"""
-"""``tree_nodes``' key, which a bulk load adds after its rows (:func:`index_statements`)."""
+TREE_NODES_KEY = (
+    "create unique index tree_nodes_pkey on {gen}.tree_nodes (stream, level, idx)",
+    "alter table {gen}.tree_nodes add constraint tree_nodes_pkey primary key "
+    "using index tree_nodes_pkey")
+"""``tree_nodes``' key, which a bulk load adds after its rows (:func:`index_statements`): its
+unique index, then the constraint made of it."""
 
 
 def ensure_tlog(conn, gen: str, indexes: bool = True) -> None:
@@ -161,16 +164,23 @@ def _schema_lines(gen: str) -> list[str]:
     return text.replace("{gen}", f'"{gen}"').splitlines(keepends=True)
 
 
-def _is_index(line: str) -> bool:
+def _is_build(line: str) -> bool:
+    return line.lower().startswith(("create index", "create unique index"))
+
+
+def _is_attach(line: str) -> bool:
     line = line.lower()
-    return line.startswith("create index") or (line.startswith("alter table")
-                                               and " add primary key " in line)
+    return line.startswith("alter table") and " using index " in line
+
+
+def _is_index(line: str) -> bool:
+    return _is_build(line) or _is_attach(line)
 
 
 def generation_sql(gen: str, indexes: bool = True) -> str:
     """The tables of one generation; ``indexes=False`` leaves out the indexes (one-line
-    ``create index`` and ``alter table ... add primary key`` statements: the records' key
-    too), for a bulk load that adds them afterwards."""
+    ``create [unique] index`` statements, and the ``alter table ... using index`` that makes
+    the records' key of its unique index), for a bulk load that adds them afterwards."""
     return "".join(line for line in _schema_lines(gen) if indexes or not _is_index(line))
 
 
@@ -179,28 +189,18 @@ def index_sql(gen: str) -> str:
     return "".join(line for line in _schema_lines(gen) if _is_index(line))
 
 
-_ADD_KEY = re.compile(r'alter table (?P<table>"[^"]+"\.(?P<name>\w+)) add primary key (?P<cols>\(.*\))')
-
-
 def index_statements(gen: str) -> tuple[list[str], list[str]]:
     """``(builds, attaches)``: what adds the indexes to a generation made with
     ``indexes=False`` (``Store.create_indexes`` runs them). The builds are independent, so
-    they can run side by side: a primary key as its unique index (``create index`` locks out
-    writes only, where ``add primary key`` would lock out the other builds), which the
-    attaches then make the key (``using index``: no second scan). Built once by sorting, an
-    index costs less than maintained row by row through a bulk load."""
+    they can run side by side: a primary key is stated as its unique index (``create index``
+    locks out writes only, where ``add primary key`` would lock out the other builds), which
+    the attaches then make the key (``using index``: no second scan). Built once by sorting,
+    an index costs less than maintained row by row through a bulk load."""
     q = f'"{gen}"'
-    builds, attaches = [], []
     lines = [line.strip().rstrip(";") for line in index_sql(gen).splitlines() if line.strip()]
-    for line in lines + [TREE_NODES_KEY.replace("{gen}", q)]:
-        key = _ADD_KEY.fullmatch(line)
-        if key is None:
-            builds.append(line)
-            continue
-        name = f"{key['name']}_pkey"
-        builds.append(f"create unique index {name} on {key['table']} {key['cols']}")
-        attaches.append(f"alter table {key['table']} add constraint {name} "
-                        f"primary key using index {name}")
+    lines += [stmt.replace("{gen}", q) for stmt in TREE_NODES_KEY]
+    builds = [line for line in lines if _is_build(line)]
+    attaches = [line for line in lines if _is_attach(line)]
     builds.append(ERASURES_INDEX.replace("{gen}", q))
     return builds, attaches
 

@@ -535,11 +535,8 @@ class Store:
         out: list[Message] = []
         tuples = bytearray()
         by_row = False
-        native = self.conn.info.encoding == "utf-8"
-        with self.conn.cursor() as cur, cur.copy(
-                f'copy "{gen}".records ({", ".join(RECORD_COLUMNS)}) '
-                f"from stdin (format binary)") as copy:
-            copy.set_types(RECORD_TYPES)
+        native = self.copies_natively()
+        with self.conn.cursor() as cur, self._records_copy(cur, gen) as copy:
             copy.write(COPY_SIGNATURE)
             for m in messages:
                 out.append(m)
@@ -590,10 +587,7 @@ class Store:
                                          watermarks)
 
     def _copy_tuples(self, gen: str, tuples: bytes, rows: list[tuple[Any, ...]]) -> None:
-        with self.conn.cursor() as cur, cur.copy(
-                f'copy "{gen}".records ({", ".join(RECORD_COLUMNS)}) '
-                f"from stdin (format binary)") as copy:
-            copy.set_types(RECORD_TYPES)
+        with self.conn.cursor() as cur, self._records_copy(cur, gen) as copy:
             if rows:
                 for row in rows:
                     copy.write_row(row)
@@ -605,8 +599,19 @@ class Store:
                 copy.write(COPY_TRAILER)
 
     def copies_natively(self) -> bool:
-        """Whether compiled COPY tuples (UTF-8 text) can be written as they are."""
+        """Whether COPY tuples made outside psycopg (text as UTF-8) can be written as they
+        are: on a connection of another encoding every row goes through ``write_row``."""
         return self.conn.info.encoding == "utf-8"
+
+    @staticmethod
+    @contextmanager
+    def _records_copy(cur: Any, gen: str) -> Iterator[Any]:
+        """A binary COPY into ``gen``'s records, its column types set: the caller writes
+        rows or tuples."""
+        with cur.copy(f'copy "{gen}".records ({", ".join(RECORD_COLUMNS)}) '
+                      f"from stdin (format binary)") as copy:
+            copy.set_types(RECORD_TYPES)
+            yield copy
 
     # -- the verifiable log (projections.tlog) ---------------------------------------------
 
@@ -678,7 +683,7 @@ class Store:
             with cur.copy(f'copy "{gen}".tree_nodes (stream, level, idx, hash) '
                           f"from stdin (format binary)") as copy:
                 copy.set_types(("text", "int2", "int8", "bytea"))
-                if self.conn.info.encoding == "utf-8":
+                if self.copies_natively():
                     # ~2 nodes a record: their binary COPY tuples made here in one buffer
                     # rather than a write_row each (the same bytes; see _node_tuples).
                     copy.write(_node_tuples(grown.nodes))
@@ -874,20 +879,15 @@ class Store:
     def stream_summaries(self, gen: str, bounds: Mapping[int, int]) -> dict[str, StreamSummary]:
         """Per stream, over records below ``bounds`` (partition -> next offset): count,
         sha256 of the record_digests in seq order, sha256 of their messages' sha256s."""
-        arr = _bounds_array(bounds)
-        order = "order by seq, log_partition, log_offset"
-        with self._errors("summarise records"):
-            return {r[0]: (r[1], r[2], r[3]) for r in self.conn.execute(
-                f"select stream, count(*), sha256(string_agg(record_digest, ''::bytea {order})),"
-                f" sha256(string_agg(sha256(record_bytes), ''::bytea {order})) "
-                f'from "{gen}".records '
-                f"where log_offset < (%s::bigint[])[log_partition + 1] group by stream",
-                (arr,))}
+        return self.summaries(gen, bounds, bodies=False)[0]
 
     def summaries(self, gen: str, bounds: Mapping[int, int], bodies: bool
                   ) -> tuple[dict[str, StreamSummary], dict[str, bytes] | None]:
-        """:meth:`stream_summaries` and, with ``bodies``, :meth:`body_summaries` of ``gen``
-        in one scan of its records (a rebuild's pre-swap check reads every row's bytes)."""
+        """Per stream, over records below ``bounds`` (partition -> next offset): count,
+        sha256 of the record_digests in seq order and sha256 of their messages' sha256s; with
+        ``bodies`` also sha256 of the served body columns (what a redaction policy masks) in
+        seq order, else None. One scan of the records: a rebuild's pre-swap check reads every
+        row's bytes."""
         from .redact import MASKED
 
         arr = _bounds_array(bounds)
@@ -909,19 +909,9 @@ class Store:
     def body_summaries(self, gen: str, bounds: Mapping[int, int]) -> dict[str, bytes]:
         """Per stream, over records below ``bounds``: sha256 of the served body columns
         (what a redaction policy masks), in seq order; compares how two generations masked."""
-        from .redact import MASKED
-
-        arr = _bounds_array(bounds)
-        order = "order by seq, log_partition, log_offset"
-        cols = " || ".join(
-            f"coalesce(sha256({c}), ''::bytea)" if c != "params" else
-            "coalesce(sha256(convert_to(params, 'UTF8')), ''::bytea)" for c in MASKED)
-        with self._errors("summarise bodies"):
-            return {r[0]: bytes(r[1]) for r in self.conn.execute(
-                f"select stream, sha256(string_agg({cols}, ''::bytea {order})) "
-                f'from "{gen}".records '
-                f"where log_offset < (%s::bigint[])[log_partition + 1] group by stream",
-                (arr,))}
+        bodies = self.summaries(gen, bounds, bodies=True)[1]
+        assert bodies is not None
+        return bodies
 
     def finding_keys(self, gen: str, bounds: Mapping[int, int]) -> list[tuple[Any, ...]]:
         """The findings below ``bounds`` as sorted (partition, offset, kind, stream, seq)."""

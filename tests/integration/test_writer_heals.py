@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -22,8 +23,8 @@ from devstack import kafka as devkafka
 from devstack.config import read_pid
 from tests.fixtures.writer import (
     WriterProcess,
+    encode_capture,
     make_capture,
-    produce_captures,
     verify_log,
     wait_for_count,
     writer_env,
@@ -74,31 +75,74 @@ def kill_broker(cfg: StackConfig) -> None:
 
 
 class Load(threading.Thread):
-    """Captures to intake in small bursts until stopped; survives a broker outage (each
-    burst's producer waits for the broker)."""
+    """Captures to intake in small bursts until stopped, as a gateway sends them: a capture
+    counts as sent once the broker acknowledged it, and one whose delivery failed (a broker
+    stalled or restarted under a burst's producer) is sent again, the same bytes, by the next
+    burst's producer, as the gateway's spool would. The writer seals such a capture once
+    whether or not the failed attempt reached the log (it drops a repeated event_id)."""
+
+    FLUSH_DEADLINE_S = 300.0
 
     def __init__(self, bootstrap: str, settings: TopicSettings, streams: list[str],
                  per_burst: int = 10, pause: float = 0.05) -> None:
         super().__init__(daemon=True)
-        self.args = (bootstrap, settings)
+        self.bootstrap, self.settings = bootstrap, settings
         self.streams, self.per_burst, self.pause = streams, per_burst, pause
         self.event_ids: list[str] = []
+        self.resent = 0
+        self.delivery_errors: list[str] = []
         self.error: BaseException | None = None
         self._halt = threading.Event()
         self._n = 0
 
     def run(self) -> None:
+        pending: list[dict] = []
         try:
-            while not self._halt.is_set():
-                events = []
-                for _ in range(self.per_burst):
-                    events.append(make_capture(self.streams[self._n % len(self.streams)]))
-                    self._n += 1
-                produce_captures(*self.args, events)
-                self.event_ids += [e["event_id"] for e in events]
-                time.sleep(self.pause)
+            while pending or not self._halt.is_set():
+                events = pending
+                if not self._halt.is_set():
+                    for _ in range(self.per_burst):
+                        events.append(make_capture(self.streams[self._n % len(self.streams)]))
+                        self._n += 1
+                pending = self._send(events)
+                self.resent += len(pending)
+                time.sleep(1.0 if pending else self.pause)
         except BaseException as e:  # noqa: BLE001 - re-raised by finish()
             self.error = e
+
+    def _send(self, events: list[dict]) -> list[dict]:
+        """Produce ``events`` with a new producer; returns those whose delivery failed."""
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                      "acks": "all", "linger.ms": 5, "partitioner": "murmur2_random"})
+        failed: list[dict] = []
+
+        def done(event: dict, err: Any) -> None:
+            if err is None:
+                self.event_ids.append(event["event_id"])
+            else:
+                self.delivery_errors.append(str(err))
+                failed.append(event)
+
+        for e in events:
+            while True:
+                try:
+                    p.produce(self.settings.names.intake, encode_capture(e), e["stream"].encode(),
+                              on_delivery=lambda err, _m, e=e: done(e, err))
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        deadline = time.monotonic() + self.FLUSH_DEADLINE_S
+        while p.flush(1.0):
+            assert time.monotonic() < deadline, "a burst was not delivered in 300 s"
+        return failed
+
+    def assert_running(self) -> None:
+        """Raise what ended the load, if anything did: a wait for records it should have sent
+        then fails with the cause instead of a count."""
+        if self.error:
+            raise AssertionError(f"the load stopped: {self.error!r}") from self.error
 
     def finish(self, timeout: float = 120) -> list[str]:
         self._halt.set()
@@ -168,7 +212,11 @@ def test_a_broker_stalled_past_the_session_timeout_does_not_end_the_writer(priva
     try:
         writer.wait_ready(60)
         load.start()
-        wait_for_count(cfg.bootstrap, settings.names.log, 50, 60, writer.assert_alive)
+        def healthy() -> None:
+            writer.assert_alive()
+            load.assert_running()
+
+        wait_for_count(cfg.bootstrap, settings.names.log, 50, 60, healthy)
         os.kill(pid, signal.SIGSTOP)
         try:
             time.sleep(20)
@@ -176,10 +224,12 @@ def test_a_broker_stalled_past_the_session_timeout_does_not_end_the_writer(priva
         finally:
             os.kill(pid, signal.SIGCONT)
         before = len(load.event_ids)
-        wait_for_count(cfg.bootstrap, settings.names.log, before + 20, 90, writer.assert_alive)
+        try:
+            wait_for_count(cfg.bootstrap, settings.names.log, before + 20, 90, healthy)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nwriter:\n{writer.output()[-6000:]}") from e
         sent = load.finish()
-        log = wait_for_count(cfg.bootstrap, settings.names.log, len(sent), 120,
-                             writer.assert_alive)
+        log = wait_for_count(cfg.bootstrap, settings.names.log, len(sent), 120, healthy)
         _sealed_once(log, sent)
         assert not [e for e in writer.events() if e.get("event") == "fenced"]
         assert writer.terminate(30) == 0

@@ -8,9 +8,11 @@ from projections.errors import ProjectionError
 
 def test_a_generation_without_indexes_plus_its_indexes_is_the_whole_schema():
     full, bare, idx = generation_sql("g1"), generation_sql("g1", indexes=False), index_sql("g1")
-    assert "create index" not in bare.lower() and "primary key" in bare
+    assert "create index" not in bare.lower() and "unique index" not in bare.lower()
+    assert "primary key" in bare
     assert idx.lower().count("create index") == full.lower().count("create index") == 4
-    assert "add primary key (log_partition, log_offset)" in idx
+    assert "create unique index records_pkey on \"g1\".records (log_partition, log_offset)" in idx
+    assert "add constraint records_pkey primary key using index records_pkey" in idx
     assert sorted(full.splitlines()) == sorted((bare + idx).splitlines())
     assert '"g1".records' in full and "{gen}" not in full
 
