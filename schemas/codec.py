@@ -215,21 +215,17 @@ def _same(read: Any, given: Any) -> bool:
 def _avro_binary(schema: _Loaded, record: dict[str, Any]) -> bytes:
     if not isinstance(record, dict):
         raise EncodeError(f"{schema.name} record must be a dict, not {type(record).__name__}")
-    # The common case, proven the same way as below: the generated writer's bytes, read
-    # back by the strict reader to exactly the values given. Anything else (the writer
-    # cannot write it, or the bytes do not read back the same) takes fastavro's path, which
-    # decides and words the error.
-    write, fast = _FAST_WRITE.get(schema.name), _FAST.get(schema.name)
-    if write is not None and fast is not None:
+    # The common case: the generated writer, strict, which writes only a record the schema
+    # allows (schemas._fastwrite). Anything it refuses takes fastavro's path, which decides
+    # and words the error.
+    write = _FAST_WRITE.get(schema.name)
+    if write is not None:
         try:
             data = write(record)
         except Exception:  # noqa: BLE001 - any failure here only means "ask fastavro"
             data = None
-        if data is not None:
-            got = fast(data, 0)
-            if got is not None and got[1] == len(data) and _same(got[0], record) \
-                    and wrong_size_digest(schema.name, record) is None:
-                return data
+        if data is not None and wrong_size_digest(schema.name, record) is None:
+            return data
     try:
         # strict=True catches missing and unknown fields, so a nullable field must be given
         # explicitly rather than defaulted.
