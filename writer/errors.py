@@ -26,8 +26,8 @@ from __future__ import annotations
 from evidence_contract import EvidenceError
 from server import kafka
 
-__all__ = ["FencedError", "SigningKeyError", "StateMismatchError", "WedgedError", "WriterError",
-           "WriterKafkaError"]
+__all__ = ["CommitUnknownError", "FencedError", "SigningKeyError", "StateMismatchError",
+           "WedgedError", "WriterError", "WriterKafkaError"]
 
 
 class WriterError(EvidenceError):
@@ -48,6 +48,15 @@ class WedgedError(WriterKafkaError):
     """A blocking librdkafka call did not return within its own timeout plus a grace period
     (librdkafka issues #5456 and #5511: ``send_offsets_to_transaction`` waits forever for a
     coordinator it cached before a broker restart). The client is abandoned, never reused."""
+
+
+class CommitUnknownError(WriterError):
+    """commit_transaction kept failing retriably past its bound (a producer whose coordinator
+    connection did not come back after a broker stall: each retry times out with the request
+    still queued). The outcome is unknown, so the batch must neither be aborted and resealed
+    on this producer nor committed again: the service makes its clients anew, and the new
+    producer's init_transactions completes or aborts the transaction before the heads are
+    restored from the log. Not a Kafka error of the call: the seal loop does not abort on it."""
 
 
 class StateMismatchError(WriterError):

@@ -30,7 +30,7 @@ from evidence_contract import valid_stream_id
 from writer.checkpoints import Issued, is_checkpoint_request
 from writer.erasures import ISSUED, REFUSED, Decision, is_erase_request, receipt_headers
 from writer.core import Duplicate, Rejection, Sealed, Sealer, encode_head
-from writer.errors import FencedError, WriterError, WriterKafkaError
+from writer.errors import CommitUnknownError, FencedError, WriterError, WriterKafkaError
 from writer.kafka_io import (
     TIMEOUT_S,
     Consumer,
@@ -60,6 +60,10 @@ One small request to the group coordinator needs far less, even while the coordi
 (librdkafka retries COORDINATOR_LOAD_IN_PROGRESS within the timeout); a batch whose offsets
 time out is aborted or its producer made anew, and sealed again."""
 COMMIT_RETRY_MAX_S = 2.0  # the longest pause between two retries of commit_transaction
+COMMIT_GIVE_UP_S = 45.0
+"""How long commit_transaction is retried before its producer is given up
+(:class:`~writer.errors.CommitUnknownError`): past one full librdkafka timeout, so a broker
+that restarts within it is waited for, and well inside the transaction timeout."""
 LAG_EVERY_S = 1.0  # how often the intake lag gauge is brought up to date
 
 log = event_logger("evidence.writer")
@@ -304,16 +308,25 @@ class SealLoop:
         """commit_transaction, repeated while librdkafka calls the failure retriable (and
         neither abortable nor fatal): a repeated commit keeps the first call's outcome. The
         pause between attempts doubles up to ``COMMIT_RETRY_MAX_S``; a retriable failure
-        that comes back at once (broker connection refused) does not spin."""
+        that comes back at once (broker connection refused) does not spin. Past
+        ``COMMIT_GIVE_UP_S`` it raises ``CommitUnknownError``: the service then makes its
+        clients anew (a producer that lost its coordinator in a broker stall times out every
+        retry, the request never sent)."""
         pause = 0.05
+        give_up = time.monotonic() + COMMIT_GIVE_UP_S
         while True:
+            timeout = max(1.0, min(TIMEOUT_S, give_up - time.monotonic()))
             try:
                 self._blocking("commit_transaction",
-                               lambda: self.producer.commit_transaction(TIMEOUT_S))
+                               lambda: self.producer.commit_transaction(timeout))
                 return
             except WriterKafkaError as e:
                 if not e.retriable or e.txn_requires_abort or e.fatal:
                     raise
+                if time.monotonic() >= give_up:
+                    raise CommitUnknownError(
+                        f"commit_transaction did not complete in {COMMIT_GIVE_UP_S:.0f} s "
+                        f"({e}); its outcome is unknown: making the Kafka clients anew") from e
                 log("warning", "commit_retry", code=e.name, error=str(e))
                 time.sleep(pause)
                 pause = min(pause * 2, COMMIT_RETRY_MAX_S)

@@ -85,6 +85,10 @@ def test_the_projector_rides_out_its_backends_terminated_and_projects_each_recor
         terminate_backends(cfg)
         wait_until("every record", lambda: projected(cfg) == len(recs) + len(more)
                    or p.poll() is not None, timeout=60)
+        # The last termination may reach a projector already idle (the 500 records projected
+        # before it): it notices at its next write, the heartbeat's within seconds.
+        wait_until("each termination noticed", lambda: len(events(log_path, "reconnecting")) >= 4
+                   or p.poll() is not None, timeout=30)
         assert p.poll() is None, log_path.read_text()[-3000:]
         p.send_signal(signal.SIGTERM)
         assert p.wait(20) == 0, log_path.read_text()[-3000:]

@@ -469,6 +469,32 @@ def test_a_commit_that_fails_retriable_is_retried_then_succeeds(fakes, caplog):
     assert fakes.service.metrics.aborts._value.get() == 0
 
 
+def test_a_commit_that_keeps_timing_out_gives_the_producer_up_and_heals(caplog, monkeypatch):
+    """After a broker stall a producer may never reach its coordinator again: every
+    commit_transaction times out with the request still queued (seen in CI, retried for 90 s
+    and more). Past COMMIT_GIVE_UP_S the clients are made anew, without an abort on the old
+    producer (the commit's outcome is unknown), and the batch is sealed once."""
+    import writer.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "COMMIT_GIVE_UP_S", 0.3)
+    monkeypatch.setattr(loop_module, "COMMIT_RETRY_MAX_S", 0.05)
+    f = Fakes()
+    f.start()
+    ids = f.captures(3)
+    stuck = f.producer
+    stuck.fail("commit_transaction", kafka_error(KafkaError._TIMED_OUT, retriable=True),
+               times=10_000)
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: len(f.sealed()) == 3) == 0
+    assert_gapless_chain(f.sealed(), ids)
+    assert len(f.producers) == 2 and f.producers[1].calls["init_transactions"] == 1
+    assert stuck.calls["abort_transaction"] == 0 and stuck.calls["commit_transaction"] >= 2
+    [healing] = events(caplog, "reconnecting")
+    assert healing["error_type"] == "CommitUnknownError"
+    assert "outcome is unknown" in healing["error"]
+    assert f.intake_offset() == 3
+
+
 def test_a_retriable_commit_error_that_also_requires_abort_is_not_retried(fakes, caplog):
     ids = fakes.captures(2)
     fakes.producer.fail("commit_transaction", kafka_error(
