@@ -14,7 +14,8 @@ plain module:
 What a failure means:
 
 - A Kafka error the loop cannot handle in place (fatal, a failed abort, a restore that could
-  not read, a call that outlived its deadline, the broker gone for longer than a timeout):
+  not read, a call that outlived its deadline, the broker gone for longer than a timeout, a
+  commit still timing out after ``loop.COMMIT_GIVE_UP_S``, whose outcome is then unknown):
   the writer *heals*. It drops its clients (producer, restore reader, intake consumer) and the
   in-memory heads, waits (backoff from ``BACKOFF_MIN_S``, doubling to ``BACKOFF_MAX_S``, reset
   once a session has committed or lasted ``HEALTHY_AFTER_S``) and makes them anew: the new
