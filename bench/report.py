@@ -69,8 +69,13 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "## 3. Projection rebuild", "",
               "| what | records/s | seconds |", "|---|---|---|",
               f"| rebuild from offset 0 (blue/green, checks, swap) | {_fmt(b['records_per_s'])} | {b['seconds']} |",
-              f"| binary COPY of the same rows, unindexed table | {_fmt(b['copy_rows_per_s'])} | {b['copy_seconds']} |",
-              "", "## 4. Replay verify vs a bare primary-key route (same server)", "",
+              f"| binary COPY of the same rows, unindexed table | {_fmt(b['copy_rows_per_s'])} | {b['copy_seconds']} |"]
+    if b.get("steps"):
+        lines += ["", "The rebuild's steps (seconds): "
+                  + ", ".join(f"{k} {v}" for k, v in b["steps"].items())
+                  + "; `check` reads and hashes every row of both generations under the live "
+                    "lock, the COPY baseline has no such step."]
+    lines += ["", "## 4. Replay verify vs a bare primary-key route (same server)", "",
               f"`evidence api` with {r.get('api_workers', 1)} worker(s); closed-loop load from "
               f"the bench's raw HTTP/1.1 keep-alive client (`bench.loadgen`), one connection "
               f"per concurrent client. Ratio: verify over bare at the same concurrency.", "",

@@ -236,7 +236,7 @@ def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     del msgs
     _say(f"binary COPY of {len(rows)} rows")
     copy_s = _copy_baseline(args.database_url, f"{args.tag}_copy", rows)
-    return {"records": r.records, "seconds": round(r.seconds, 2),
+    return {"records": r.records, "seconds": round(r.seconds, 2), "steps": r.phases,
             "records_per_s": round(r.records / r.seconds), "copy_rows": len(rows),
             "copy_seconds": round(copy_s, 2), "copy_rows_per_s": round(len(rows) / copy_s)}
 

@@ -59,6 +59,8 @@ def _rebuild(cfg: ProjectorConfig, args: argparse.Namespace) -> int:
     print(f"rebuild: {r.generation} is live ({how}); {r.records} records in "
           f"{r.seconds:.1f} s ({rate:,.0f} records/s)"
           + (f"; dropped {r.previous}" if r.dropped else ""))
+    if r.phases:
+        print("rebuild: steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in r.phases.items()))
     for w in r.warnings:
         print(f"rebuild: warning: {w}", file=sys.stderr)
     return EXIT_OK

@@ -79,6 +79,30 @@ class RebuildResult:
     dropped: bool
     checked_streams: int = 0
     warnings: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds each step took, in order: ``load`` (bulk load to the end offsets as of the
+    start), ``indexes``, ``catch_up`` (what arrived meanwhile, checkpoints, erasures),
+    ``check`` (under the live lock: the last catch-up, both generations summarised and
+    compared, the swap) and ``drop`` (the old generation)."""
+
+
+class _Phases:
+    """Times the rebuild's steps into ``RebuildResult.phases`` and logs each one."""
+
+    def __init__(self, generation: str) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.generation = generation
+        self.seconds: dict[str, float] = {}
+        self._at = self._clock()
+
+    def done(self, phase: str) -> None:
+        now = self._clock()
+        self.seconds[phase] = round(now - self._at, 3)
+        self._at = now
+        log("info", "rebuild_phase", generation=self.generation, phase=phase,
+            seconds=self.seconds[phase])
 
 
 def compare_trees(store: Store, live: str, rebuilt: str) -> list[str]:
@@ -279,6 +303,7 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
                                      make_progress, show_progress, t0)
         gen = store.create_generation(indexes=False)
         log("info", "rebuild_started", generation=gen, live=live, topic=reader.topic)
+        phases = _Phases(gen)
         writer = GenerationWriter(store, reader, gen, follow_live=False)
         writer.seek_to_stored()
         cp_writer = CheckpointWriter(store, cp_reader, gen, follow_live=False)
@@ -301,10 +326,13 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             bulk.stop()
         if progress is not None:
             progress.close()
+        phases.done("load")
         store.create_indexes(gen)
+        phases.done("indexes")
         _fill(writer, reader.end_offsets(), cfg, None, 0)
         _fill(cp_writer, cp_reader.end_offsets(), cfg, None, 0)
         _fill(er_writer, er_reader.end_offsets(), cfg, None, 0)
+        phases.done("catch_up")
 
         # 3. under the live lock: reach the live generation's positions, compare, swap
         with store.transaction():
@@ -328,6 +356,7 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             diffs += red_diffs
             if not diffs:
                 store.make_live(gen)
+        phases.done("check")
         if diffs:
             log("error", "rebuild_mismatch", generation=gen, live=live,
                 differences=len(diffs))
@@ -337,11 +366,13 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
         log("info", "swapped", generation=gen, previous=live, checked_streams=streams)
 
         # 4. drop the old generation
-        result = RebuildResult(gen, live, writer.records, 0.0, False, streams)
+        result = RebuildResult(gen, live, writer.records, 0.0, False, streams,
+                               phases=phases.seconds)
         for w in red_warnings:
             log("warning", "redaction_changed", generation=gen, previous=live, detail=w)
             result.warnings.append(w)
         result.dropped = _drop(store, live, result)
+        phases.done("drop")
         result.seconds = time.monotonic() - t0
         return result
 

@@ -111,6 +111,9 @@ def test_rebuild_swaps_in_an_equal_generation_while_readers_keep_answering(
     assert reader.answers[0][0] == 3001
     new = live(cfg)
     assert new != old and "is live" in out and "records/s" in err
+    # Each step's time, in the order they ran.
+    steps = [part.split()[0] for part in out.split("rebuild: steps: ")[1].splitlines()[0].split(", ")]
+    assert steps == ["load", "indexes", "catch_up", "check", "drop"], out
     assert not schema_exists(cfg, old)
     assert q(cfg, "select name, state from {m}.generations") == [(new, "live")]
     assert sql_checksums(cfg) == log_checksums(recs)
