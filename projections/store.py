@@ -733,6 +733,35 @@ class Store:
                        None, None)
                  for f in findings])
 
+    def _open_side_batch(self, gen: str, topic: str, expected: Mapping[int, int],
+                         messages: list[tuple[int, int, list]], *, follow_live: bool
+                         ) -> tuple[list[int], list[Finding], dict[int, int], Iterator[Any]]:
+        """Inside a batch of a side topic (checkpoints, erasures), steps 1 and 2 of the module
+        docstring: the live generation shared (when ``follow_live``), ``topic``'s positions
+        locked and checked. Returns the partitions (sorted), the findings, each partition's
+        next offset after ``messages`` (``(partition, offset, decoded items)``), and the
+        items that are not findings in log order. The findings list fills as those items are
+        iterated, so findings the caller appends between them keep the log order."""
+        if follow_live:
+            row = self.conn.execute(
+                f'select generation from "{self.meta}".live for share').fetchone()
+            if row is None or row[0] != gen:
+                raise GenerationChanged(row[0] if row else None)
+        parts = self._lock_positions(gen, topic, expected)
+        ordered = sorted(messages, key=lambda m: (m[0], m[1]))
+        next_offsets = {partition: offset + 1 for partition, offset, _items in ordered}
+        findings: list[Finding] = []
+
+        def items() -> Iterator[Any]:
+            for _partition, _offset, decoded in ordered:
+                for item in decoded:
+                    if isinstance(item, Finding):
+                        findings.append(item)
+                    else:
+                        yield item
+
+        return parts, findings, next_offsets, items()
+
     def apply_checkpoints(self, gen: str, topic: str, expected: Mapping[int, int],
                           messages: list[tuple[int, int, list]], reached: Mapping[int, int],
                           watermarks: Mapping[int, int], *, follow_live: bool) -> Folded:
@@ -744,44 +773,34 @@ class Store:
         next offsets (``rows`` and ``heads`` empty)."""
         conn = self.conn
         with self.transaction():
-            if follow_live:
-                row = conn.execute(
-                    f'select generation from "{self.meta}".live for share').fetchone()
-                if row is None or row[0] != gen:
-                    raise GenerationChanged(row[0] if row else None)
-            parts = self._lock_positions(gen, topic, expected)
-            findings: list[Finding] = []
+            parts, findings, next_offsets, items = self._open_side_batch(
+                gen, topic, expected, messages, follow_live=follow_live)
             new_cps: list[tuple] = []
-            next_offsets: dict[int, int] = {}
-            for partition, offset, items in sorted(messages, key=lambda m: (m[0], m[1])):
-                next_offsets[partition] = offset + 1
-                for item in items:
-                    if isinstance(item, Finding):
-                        findings.append(item)
-                    elif isinstance(item, tlog.CheckpointRow):
-                        stored = conn.execute(
-                            f'insert into "{gen}".checkpoints as c (stream, tree_size, root, '
-                            f"note, log_partition, log_offset) values (%s, %s, %s, %s, %s, %s) "
-                            f"on conflict (stream, tree_size) do update set stream = c.stream "
-                            f"returning root, log_partition, log_offset",
-                            (item.stream, item.tree_size, item.root, item.note, item.partition,
-                             item.offset)).fetchone()
-                        if (stored[1], stored[2]) == (item.partition, item.offset):
-                            new_cps.append((item.stream, item.tree_size, item.root,
-                                            item.partition, item.offset))
-                        elif bytes(stored[0]) != item.root:
-                            findings.append(Finding(
-                                tlog.CHECKPOINT_CONFLICT, item.stream, item.tree_size,
-                                f"two checkpoints of size {item.tree_size} with different "
-                                f"roots: {bytes(stored[0]).hex()} (at {stored[1]}/{stored[2]}) "
-                                f"and {item.root.hex()}", item.partition, item.offset))
-                    else:
-                        conn.execute(
-                            f'insert into "{gen}".cosignatures (stream, tree_size, witness, '
-                            f"key_id, timestamp, line, log_partition, log_offset) "
-                            f"values (%s, %s, %s, %s, %s, %s, %s, %s) on conflict do nothing",
-                            (item.stream, item.tree_size, item.witness, item.key_id,
-                             item.timestamp, item.line, item.partition, item.offset))
+            for item in items:
+                if isinstance(item, tlog.CheckpointRow):
+                    stored = conn.execute(
+                        f'insert into "{gen}".checkpoints as c (stream, tree_size, root, '
+                        f"note, log_partition, log_offset) values (%s, %s, %s, %s, %s, %s) "
+                        f"on conflict (stream, tree_size) do update set stream = c.stream "
+                        f"returning root, log_partition, log_offset",
+                        (item.stream, item.tree_size, item.root, item.note, item.partition,
+                         item.offset)).fetchone()
+                    if (stored[1], stored[2]) == (item.partition, item.offset):
+                        new_cps.append((item.stream, item.tree_size, item.root,
+                                        item.partition, item.offset))
+                    elif bytes(stored[0]) != item.root:
+                        findings.append(Finding(
+                            tlog.CHECKPOINT_CONFLICT, item.stream, item.tree_size,
+                            f"two checkpoints of size {item.tree_size} with different "
+                            f"roots: {bytes(stored[0]).hex()} (at {stored[1]}/{stored[2]}) "
+                            f"and {item.root.hex()}", item.partition, item.offset))
+                else:
+                    conn.execute(
+                        f'insert into "{gen}".cosignatures (stream, tree_size, witness, '
+                        f"key_id, timestamp, line, log_partition, log_offset) "
+                        f"values (%s, %s, %s, %s, %s, %s, %s, %s) on conflict do nothing",
+                        (item.stream, item.tree_size, item.witness, item.key_id,
+                         item.timestamp, item.line, item.partition, item.offset))
             if new_cps:
                 sizes = dict(conn.execute(
                     f'select stream, size from "{gen}".trees where stream = any(%s)',
@@ -802,22 +821,11 @@ class Store:
         decode_receipt items)``; a receipt seen again (same request and key id) is kept once."""
         conn = self.conn
         with self.transaction():
-            if follow_live:
-                row = conn.execute(
-                    f'select generation from "{self.meta}".live for share').fetchone()
-                if row is None or row[0] != gen:
-                    raise GenerationChanged(row[0] if row else None)
-            parts = self._lock_positions(gen, topic, expected)
-            findings: list[Finding] = []
+            parts, findings, next_offsets, items = self._open_side_batch(
+                gen, topic, expected, messages, follow_live=follow_live)
             rows: list[tuple] = []
-            next_offsets: dict[int, int] = {}
-            for partition, offset, items in sorted(messages, key=lambda m: (m[0], m[1])):
-                next_offsets[partition] = offset + 1
-                for item in items:
-                    if isinstance(item, Finding):
-                        findings.append(item)
-                    else:
-                        rows += item.rows()
+            for item in items:
+                rows += item.rows()
             if rows:
                 with conn.cursor() as cur:
                     cur.executemany(
