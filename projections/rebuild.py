@@ -277,6 +277,17 @@ def _fill(writer: GenerationWriter, targets: Mapping[int, int], cfg: ProjectorCo
                                   f"{STALL_TIMEOUT_S:.0f} s (at {writer.expected})")
 
 
+def _reach_live(store: Store, live: str, reader: LogReader, writer: GenerationWriter,
+                cfg: ProjectorConfig) -> dict[int, int]:
+    """Under the live lock: fill ``writer`` up to the live generation's positions on
+    ``reader``'s topic (0 for a partition it has none of); returns those positions, the
+    bounds of the comparison on that topic."""
+    stored = store.positions(live, reader.topic)
+    bounds = {p: stored.get(p, 0) for p in reader.partitions}
+    _fill(writer, bounds, cfg, None, 0)
+    return bounds
+
+
 def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             progress_factory: ProgressFactory | None = None) -> RebuildResult:
     """Rebuild the projections; see the module docstring. Raises ``RebuildMismatch``."""
@@ -339,15 +350,9 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             if store.lock_live() != live:
                 raise ProjectionError(f"the live generation changed during the rebuild; "
                                       f"{gen} is kept, not swapped")
-            stored = store.positions(live, reader.topic)
-            bounds = {p: stored.get(p, 0) for p in reader.partitions}
-            _fill(writer, bounds, cfg, None, 0)
-            stored = store.positions(live, cp_reader.topic)
-            cp_bounds = {p: stored.get(p, 0) for p in cp_reader.partitions}
-            _fill(cp_writer, cp_bounds, cfg, None, 0)
-            stored = store.positions(live, er_reader.topic)
-            er_bounds = {p: stored.get(p, 0) for p in er_reader.partitions}
-            _fill(er_writer, er_bounds, cfg, None, 0)
+            bounds = _reach_live(store, live, reader, writer, cfg)
+            cp_bounds = _reach_live(store, live, cp_reader, cp_writer, cfg)
+            er_bounds = _reach_live(store, live, er_reader, er_writer, cfg)
             same_policy = _policy_digest(store, live) == _policy_digest(store, gen)
             sums, bodies = summarise_both(store, live, gen, bounds, same_policy)
             streams, diffs = compare_generations(store, live, gen, bounds, cp_bounds, er_bounds,
