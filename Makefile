@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pypr
 $(STAMP): $(wildcard native/seal/Cargo.* native/seal/pyproject.toml native/seal/build.sh native/seal/src/*.rs)
 # The projector's compiled row path (native/rows/build.sh; without Rust, the pure row path).
 $(STAMP): $(wildcard native/rows/Cargo.* native/rows/pyproject.toml native/rows/build.sh native/rows/src/*.rs)
+# How both find cargo and build (native/toolchain.sh, sourced by each build.sh).
+$(STAMP): native/toolchain.sh
 
 ## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then the demo
 ## (`evidence demo`: record, seal, verify and replay a few calls; NO_DEMO=1 skips it);

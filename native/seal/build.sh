@@ -4,55 +4,20 @@
 # it on a fresh clone: pip builds the wheel with maturin (from PyPI, in an isolated build
 # environment) and cargo (crates from crates.io, pinned by Cargo.lock).
 #
-# cargo is looked for on PATH, then where rustup puts it ($CARGO_HOME/bin, ~/.cargo/bin,
-# /root/.cargo/bin, /usr/local/cargo/bin), as devstack looks for Go beside PATH. Found outside
-# PATH, rustup's proxies need their RUSTUP_HOME and CARGO_HOME: the ones beside that cargo.
-# No toolchain at all: a warning, and the writer seals with the pure Python path.
+# cargo is looked for as native/toolchain.sh looks for it (for every native crate): on PATH,
+# then where rustup puts it, with rustup's homes beside it. No toolchain at all: a warning,
+# and the writer seals with the pure Python path.
 #
 #     native/seal/build.sh PYTHON    build and install
 #     native/seal/build.sh --probe   print the cargo that would build (exit 1: none)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-
-find_cargo() {
-    found=$(command -v cargo 2>/dev/null || true)
-    if [ -z "$found" ]; then
-        for c in "${CARGO_HOME:-/nonexistent}/bin/cargo" "${HOME:-/nonexistent}/.cargo/bin/cargo" \
-                 /root/.cargo/bin/cargo /usr/local/cargo/bin/cargo; do
-            if [ -x "$c" ]; then found=$c; break; fi
-        done
-    fi
-    [ -n "$found" ] || return 1
-    bindir=$(dirname "$found")
-    home=$(dirname "$bindir")
-    if [ -z "${CARGO_HOME:-}" ] && [ "$(basename "$home")" = ".cargo" ]; then
-        export CARGO_HOME="$home"
-    fi
-    if [ -z "${RUSTUP_HOME:-}" ] && [ ! -d "${HOME:-/nonexistent}/.rustup" ] \
-            && [ -d "$(dirname "$home")/.rustup" ]; then
-        export RUSTUP_HOME="$(dirname "$home")/.rustup"
-    fi
-    PATH="$bindir:$PATH"
-    export PATH
-    # A rustup proxy without a toolchain behind it is no toolchain.
-    "$found" --version >/dev/null 2>&1 || return 1
-    echo "$found"
-}
+. "$here/../toolchain.sh"
 
 if [ "${1:-}" = "--probe" ]; then
     find_cargo && exit 0
     exit 1
 fi
 PY=${1:?usage: native/seal/build.sh PYTHON}
-if ! cargo=$(find_cargo); then
-    echo "WARNING: no Rust toolchain (cargo) on PATH, in ~/.cargo, /root/.cargo or" >&2
-    echo "WARNING: /usr/local/cargo: evidence_seal_native is not built, and the writer" >&2
-    echo "WARNING: seals with its pure Python path (slower; rustup installs Rust)." >&2
-    "$PY" -m pip uninstall -q -y evidence-seal-native >/dev/null 2>&1 || true
-    exit 0
-fi
-find_cargo >/dev/null  # again in this shell: the exports of a $(...) are lost
-echo "building evidence_seal_native with $cargo ($("$cargo" --version))"
-"$PY" -m pip install -q --force-reinstall --no-deps "$here"
-"$PY" -c "import evidence_seal_native" \
-    || { echo "evidence_seal_native does not import" >&2; exit 1; }
+build_native "$PY" "$here" evidence_seal_native "the writer" \
+    "seals with its pure Python path (slower; rustup installs Rust)."
