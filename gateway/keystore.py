@@ -49,6 +49,7 @@ from evidence_contract.keys import (
     epoch_bound,
     epoch_of,
     parse_granularity,
+    unwrapping,
     valid_subject,
 )
 
@@ -187,10 +188,8 @@ class FileKeyStore:
     def _unwrap(self, doc: dict[str, Any]) -> DataKey:
         if "erased_at" in doc:
             raise KeyErased(doc["key_id"], doc["subject"], doc["erased_at"], doc.get("request_id"))
-        try:
+        with unwrapping(doc["key_id"]):
             material = self.wrapper.unwrap(doc["key_id"], bytes.fromhex(doc["wrapped"]))
-        except Exception as e:  # noqa: BLE001 - OpenError, a KMS error, a bad file
-            raise KeyStoreError(f"key {doc['key_id']} does not unwrap: {e}") from e
         return DataKey(doc["key_id"], doc["subject"], material, doc["created_at"],
                        doc.get("epoch", EPOCH_ALL))
 

@@ -35,9 +35,10 @@ which request) so later lookups answer :class:`KeyErased` with ``erased_at``.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Protocol, runtime_checkable
+from typing import Iterator, Protocol, runtime_checkable
 
 from .errors import EvidenceError
 
@@ -63,6 +64,7 @@ __all__ = [
     "epoch_of",
     "epoch_start",
     "parse_granularity",
+    "unwrapping",
     "valid_epoch",
     "valid_subject",
 ]
@@ -251,6 +253,17 @@ class KeyWrapper(Protocol):
     def wrap(self, key_id: str, data_key: bytes) -> bytes: ...
 
     def unwrap(self, key_id: str, wrapped: bytes) -> bytes: ...
+
+
+@contextmanager
+def unwrapping(key_id: str) -> Iterator[None]:
+    """Around a store's unwrapping of the stored key ``key_id``: whatever fails (a wrong KEK's
+    ``OpenError``, a KMS error, a damaged stored key) is a ``KeyStoreError`` naming the key,
+    the same from every implementation."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - OpenError, a KMS error, a bad stored key
+        raise KeyStoreError(f"key {key_id} does not unwrap: {e}") from e
 
 
 @runtime_checkable

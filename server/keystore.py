@@ -62,6 +62,7 @@ from evidence_contract.keys import (
     epoch_bound,
     epoch_of,
     parse_granularity,
+    unwrapping,
     valid_subject,
 )
 
@@ -148,10 +149,8 @@ class PgKeyStore:
         key_id, subject, created_at, erased_at, request_id, wrapped, epoch = row
         if erased_at is not None or wrapped is None:
             raise KeyErased(key_id, subject, _us(erased_at) or 0, request_id)
-        try:
+        with unwrapping(key_id):
             material = self.wrapper.unwrap(key_id, bytes(wrapped))
-        except Exception as e:  # noqa: BLE001 - OpenError, a KMS error
-            raise KeyStoreError(f"key {key_id} does not unwrap: {e}") from e
         return DataKey(key_id, subject, material, _us(created_at) or 0, epoch)
 
     _SELECT = ("select s.key_id, s.subject, s.created_at, s.erased_at, s.request_id, d.wrapped, "
