@@ -28,6 +28,7 @@ from evidence_contract.erasure import open_receipt
 from evidence_contract.keys import KeyErased
 from evidence_contract.sealing import LocalKek, SubjectKeys, new_data_key
 from tests.fixtures.audit import evidence
+from tests.fixtures.keystore import file_key_store
 from tests.fixtures.log import wait_until
 from tests.fixtures.writer import log_signing_key, read_all
 
@@ -42,13 +43,7 @@ ADMIN = secrets.token_hex(32)
 
 @pytest.fixture
 def erasure_stack(tmp_path, make_pipeline, make_recorder, fake_provider, make_api_server):
-    kek = bytes(range(32))
-    kek_file = tmp_path / "kek"
-    kek_file.write_text(kek.hex())
-    kek_file.chmod(0o600)
-    store_env = {"EVIDENCE_KEY_STORE": f"file:{tmp_path / 'keys'}",
-                 "EVIDENCE_KEK_FILE": str(kek_file)}
-    store = FileKeyStore(tmp_path / "keys", LocalKek(kek))
+    store, store_env = file_key_store(tmp_path)
     p = make_pipeline(partitions=2)
     recorder = make_recorder(p.topics, stream=STREAM, content_policy="encrypt", key_store=store)
     client = openai.OpenAI(base_url=fake_provider.url + "/v1", api_key="k", max_retries=0,

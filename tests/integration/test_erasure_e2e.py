@@ -19,11 +19,10 @@ import openai
 import pytest
 
 from evidence_client import ReplayErased, Replayer, call_context
-from evidence_client.keystore import FileKeyStore
 from evidence_contract.erasure import open_receipt
 from evidence_contract.note import format_vkey
-from evidence_contract.sealing import LocalKek
 from tests.fixtures.audit import evidence
+from tests.fixtures.keystore import file_key_store
 from tests.fixtures.writer import log_signing_key
 
 pytestmark = pytest.mark.integration
@@ -42,13 +41,7 @@ def ask(client, subject: str):
 
 @pytest.fixture
 def recorded(tmp_path, make_pipeline, make_recorder, fake_provider):
-    kek = bytes(range(32))
-    kek_file = tmp_path / "kek"
-    kek_file.write_text(kek.hex())
-    kek_file.chmod(0o600)
-    store_env = {"EVIDENCE_KEY_STORE": f"file:{tmp_path / 'keys'}",
-                 "EVIDENCE_KEK_FILE": str(kek_file)}
-    store = FileKeyStore(tmp_path / "keys", LocalKek(kek))
+    store, store_env = file_key_store(tmp_path)
     p = make_pipeline(partitions=1)
     recorder = make_recorder(p.topics, stream=STREAM, content_policy="encrypt", key_store=store)
     client = openai.OpenAI(base_url=fake_provider.url + "/v1", api_key="k", max_retries=0,
