@@ -16,7 +16,11 @@ Workers. One process serves everything through one event loop, so it holds one c
 :func:`serve` with ``workers`` > 1 binds the socket once in a parent, which starts that many
 worker processes (uvicorn's ``Multiprocess`` supervisor: a worker that dies is replaced, one
 that fails its start-up stops the parent), each importing the app from ``target`` and
-accepting on the shared socket. The default is one worker per core this process may use
+accepting on the shared socket. Each worker (or the one process) runs with the collector
+settings of the other services (:func:`server.runtime.tune_gc`, in :meth:`ServerConfig.load`):
+with CPython's defaults a worker holding 128 requests in flight collected so often that
+``POST /replay/verify`` served ~10 % fewer requests at concurrency 64 and 256 than tuned
+(``bench.api_verify``, three runs of each). The default is one worker per core this process may use
 (:func:`api.config.default_workers`). Every worker has its own pool: PostgreSQL sees up to ``workers`` ×
 ``EVIDENCE_API_POOL_MAX`` connections from the API, which must fit in ``max_connections``
 beside the projector, the writer's key store and the operators (:func:`serve` logs the sum).
@@ -55,10 +59,21 @@ class ServerConfig(uvicorn.Config):
     interpreter, and uvicorn calls :meth:`configure_logging` there before it serves."""
 
     def __init__(self, app: Any, *, header_timeout: float, json_logs: bool = False,
-                 **kwargs: Any) -> None:
+                 tune_gc: bool = False, **kwargs: Any) -> None:
         self.header_timeout = header_timeout
         self.json_logs = json_logs
+        self.tune_gc = tune_gc
         super().__init__(app, **kwargs)
+
+    def load(self) -> None:
+        """uvicorn's load (the app imported, or made by its factory), then, with ``tune_gc``,
+        :func:`server.runtime.tune_gc` in this process: every worker is a fresh interpreter
+        and calls this before it serves."""
+        super().load()
+        if self.tune_gc:
+            from server.runtime import tune_gc
+
+            tune_gc()
 
     def configure_logging(self) -> None:
         super().configure_logging()
@@ -153,14 +168,16 @@ def serve(target: str, settings: Settings, *, workers: int, **kwargs: Any) -> in
         from importlib import import_module
 
         module, _, name = target.partition(":")
-        config = uvicorn_config(getattr(import_module(module), name)(), settings, **kwargs)
+        config = uvicorn_config(getattr(import_module(module), name)(), settings,
+                                tune_gc=True, **kwargs)
         server = uvicorn.Server(config)
         try:
             server.run()
         except KeyboardInterrupt:
             pass
         return 0 if server.started else 3
-    config = uvicorn_config(target, settings, factory=True, workers=workers, **kwargs)
+    config = uvicorn_config(target, settings, factory=True, workers=workers, tune_gc=True,
+                            **kwargs)
     sock = config.bind_socket()  # once, here: every worker accepts on this socket
     # One metrics registry over all workers (api.metrics): the spawned workers inherit this
     # environment and import prometheus_client with it set.

@@ -134,3 +134,30 @@ def test_loadgen_keeps_its_connections_alive_and_counts_failures():
     finally:
         state["loop"].call_soon_threadsafe(state["stop"].set_result, None)
         thread.join(10)
+
+
+def test_a_served_process_runs_with_the_services_collector_settings():
+    import gc
+
+    from server.runtime import GC_THRESHOLDS
+
+    async def app(scope, receive, send):  # pragma: no cover - never called
+        raise AssertionError
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        untuned = ServerConfig(app, header_timeout=1.0, log_config=None)
+        untuned.load()  # a test serving the app in-process keeps its collector
+        assert gc.get_threshold() == (700, 10, 10)
+        tuned = ServerConfig(app, header_timeout=1.0, tune_gc=True, log_config=None)
+        settings = Settings("postgresql://x@127.0.0.1/x", Keyring([("k", KEY, ["*"])]))
+        spawned = uvicorn_config("api.app:app_from_env", settings, factory=True, workers=2,
+                                 tune_gc=True, log_config=None)
+        assert pickle.loads(pickle.dumps(spawned)).tune_gc  # what a spawned worker receives
+        tuned.load()
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
