@@ -35,7 +35,7 @@ import os
 import struct
 import time
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -572,19 +572,33 @@ class Store:
 
     def write_bulk(self, gen: str, topic: str, expected: Mapping[int, int], tuples: bytes,
                    rows: list[tuple[Any, ...]], folded: Folded, grown: tlog.Grown,
-                   reached: Mapping[int, int], watermarks: Mapping[int, int]) -> dict[int, int]:
+                   reached: Mapping[int, int], watermarks: Mapping[int, int],
+                   before_commit: Callable[[], None] | None = None) -> dict[int, int]:
         """Write one batch a bulk load folded already, in one transaction: the same rows,
         nodes, heads, findings and positions :meth:`apply` writes for it. ``tuples`` are the
         records' binary COPY tuples, or ``rows`` the records rows when some have none.
-        Raises ``PositionsMoved`` as ``apply`` does."""
+        ``before_commit`` runs last inside the transaction (an exception from it rolls the
+        batch back). Raises ``PositionsMoved`` as ``apply`` does."""
         with self.transaction():
             parts = self._lock_positions(gen, topic, expected)
             if tuples or rows:
                 self._copy_tuples(gen, tuples, rows)
             self._write_tree(gen, grown)
             with self.conn.pipeline():
-                return self._write_batch(gen, topic, parts, expected, folded, [], reached,
-                                         watermarks)
+                moved = self._write_batch(gen, topic, parts, expected, folded, [], reached,
+                                          watermarks)
+            if before_commit is not None:
+                before_commit()
+            return moved
+
+    def copy_records(self, gen: str, tuples: bytes, rows: list[tuple[Any, ...]],
+                     before_commit: Callable[[], None]) -> None:
+        """COPY records rows (``tuples`` or ``rows``, as :meth:`write_bulk` takes them) into
+        ``gen`` in a transaction of their own, committed only if ``before_commit`` returns
+        (its exception rolls them back): a bulk load's second connection."""
+        with self.transaction():
+            self._copy_tuples(gen, tuples, rows)
+            before_commit()
 
     def _copy_tuples(self, gen: str, tuples: bytes, rows: list[tuple[Any, ...]]) -> None:
         with self.conn.cursor() as cur, self._records_copy(cur, gen) as copy:

@@ -71,7 +71,16 @@ def _batches(msgs, size):
             expected[p] = max(expected[p], o + 1)
 
 
-def test_the_bulk_load_writes_what_apply_writes(projection_config):
+@pytest.fixture(params=["one connection", "two connections"])
+def split(request, monkeypatch):
+    """Each test of a bulk load runs with every batch on one connection, and with every batch
+    of two records or more split over two (``projections.bulk.SPLIT_MIN``)."""
+    if request.param == "two connections":
+        monkeypatch.setattr("projections.bulk.SPLIT_MIN", 2)
+    return request.param
+
+
+def test_the_bulk_load_writes_what_apply_writes(projection_config, split):
     cfg = projection_config
     msgs = _log()
     with Store(cfg) as store:
@@ -103,7 +112,14 @@ def test_the_bulk_load_writes_what_apply_writes(projection_config):
     assert expected == {p: n for _, p, n, _ in b["positions"]}
 
 
-def test_a_write_that_fails_in_the_thread_fails_the_load(projection_config):
+@pytest.mark.parametrize("split_min, failure", [
+    (10_000, "the writer's write"),  # one connection
+    (2, "the writer's write"),  # two: the side's half, committed, would be left behind
+    (2, "the side's write"),  # its backend terminated: the writer's half must go too
+])
+def test_a_batch_whose_write_fails_stores_nothing_and_fails_the_load(
+        projection_config, monkeypatch, split_min, failure):
+    monkeypatch.setattr("projections.bulk.SPLIT_MIN", split_min)
     cfg = projection_config
     msgs = _positions(chain({"a": 40, "b": 40}))
     with Store(cfg) as store:
@@ -115,17 +131,25 @@ def test_a_write_that_fails_in_the_thread_fails_the_load(projection_config):
             bulk.apply(expected, batch, reached, marks)
             bulk.drain()
             with psycopg.connect(cfg.database_url, autocommit=True) as conn:
-                conn.execute(f'drop table "{gen}".tree_nodes')
-            with pytest.raises(StoreError, match="tree_nodes"):
+                if failure == "the writer's write":
+                    conn.execute(f'drop table "{gen}".tree_nodes')
+                else:
+                    conn.execute("select pg_terminate_backend(%s)",
+                                 (bulk._side.store.conn.info.backend_pid,))
+                positions = conn.execute(f'select partition, next_offset from "{gen}".positions '
+                                         f"order by 1").fetchall()
+            with pytest.raises(StoreError, match="tree_nodes" if "writer" in failure else None):
                 for expected, batch, reached, marks in batches[1:]:
                     bulk.apply(expected, batch, reached, marks)
                 bulk.close()
             # Nothing of the failed batch was stored, and the first batch stands.
             with psycopg.connect(cfg.database_url, autocommit=True) as conn:
                 assert conn.execute(f'select count(*) from "{gen}".records').fetchone()[0] == 10
+                assert conn.execute(f'select partition, next_offset from "{gen}".positions '
+                                    f"order by 1").fetchall() == positions
         finally:
             bulk.stop()
-    assert not bulk._thread.is_alive()
+    assert not bulk._thread.is_alive() and not bulk._side._thread.is_alive()
 
 
 def test_a_generation_with_checkpoints_is_not_bulk_loaded(projection_config):
