@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from evidence_contract.merkle import CompactRange, compose_leaf_input, leaf_hash
 from evidence_contract.note import Checkpoint, SignerKey, format_checkpoint, format_note, sign
@@ -218,8 +218,10 @@ class Trees:
         return t
 
     # -- one transaction ---------------------------------------------------------------------
-    def append(self, partition: int, stream: str, leaf: bytes, seq: int) -> None:
-        """Append the leaf of the record sealed with ``seq``; the tree must be at ``seq - 1``."""
+    def append(self, partition: int, stream: str, leaf: bytes, seq: int,
+               merge: Callable[[list[bytes], int, bytes], None] | None = None) -> None:
+        """Append the leaf of the record sealed with ``seq``; the tree must be at ``seq - 1``.
+        ``merge``: the compiled seal path's (``CompactRange.append_with``)."""
         key = (partition, stream)
         t = self._pending.get(key)  # once per sealed record: one lookup when staged already
         if t is None:
@@ -232,7 +234,10 @@ class Trees:
         if t.range.size != seq - 1:
             # Cannot happen: the tree is restored at the head and appended with every seal.
             raise AssertionError(f"stream {stream!r}: tree at {t.range.size}, sealing seq {seq}")
-        t.range.append(leaf)
+        if merge is None:
+            t.range.append(leaf)
+        else:
+            t.range.append_with(merge, leaf)
 
     def request(self, partition: int, stream: str) -> None:
         """An intake control message asked for a checkpoint of ``stream`` in this batch."""

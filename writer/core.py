@@ -347,6 +347,9 @@ def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str
 def self_check(mod: Any) -> str:
     """Why the compiled seal path ``mod`` (``evidence_seal_native``) disagrees with this one on
     the contract's committed vector, or "" when it seals it byte for byte the same."""
+    import hashlib
+
+    from evidence_contract.merkle import CompactRange
     from evidence_contract.vectors import committed_event
 
     event = committed_event()
@@ -365,6 +368,16 @@ def self_check(mod: Any) -> str:
     if (native[0], native[1], native[2]) != (record, new_head.digest,
                                              record_leaf(record, new_head.digest)):
         return "it seals the contract's committed vector differently"
+    merge = getattr(kernel, "append_leaf", None)
+    if merge is None:
+        return "it has no Merkle append (a build older than this writer)"
+    pure, compiled = CompactRange(), CompactRange()
+    for i in range(40):  # every merge depth up to five, and back
+        leaf = hashlib.sha256(i.to_bytes(4, "big")).digest()
+        pure.append(leaf)
+        compiled.append_with(merge, leaf)
+        if compiled.nodes != pure.nodes:
+            return f"its Merkle append differs at tree size {i + 1}"
     return ""
 
 
@@ -465,6 +478,7 @@ class Sealer:
         self.kernel = native_kernel(self.writer, native)
         """The compiled seal path (``writer.native``; None: the pure path only). ``native``:
         None selects by ``EVIDENCE_NATIVE``, False never, True always (or raises)."""
+        self._merge = None if self.kernel is None else self.kernel.append_leaf
         self._limit = max_message_bytes - HEADROOM_BYTES
         self._homes: dict[str, int] = {}  # stream -> its intake partition
         self.trees = trees if trees is not None else Trees()
@@ -572,7 +586,7 @@ class Sealer:
         new_head = Head(stream, seq, digest, occurred_at, event_id, head.missing)
         pending.heads[key] = new_head
         pending_ids[event_id] = occurred_at
-        self.trees.append(partition, stream, leaf, seq)
+        self.trees.append(partition, stream, leaf, seq, self._merge)
         return Sealed(record, new_head, False)
 
     def pending_heads(self) -> dict[tuple[int, str], Head]:

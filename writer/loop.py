@@ -241,6 +241,7 @@ class SealLoop:
         names, out, sealer, clock = self.names, _Produced(), self.sealer, self._clock
         handle, owns, next_offsets = sealer.handle, sealer.owns, out.next_offsets
         producer, log_topic = self.producer, names.log
+        produce_now = producer.produce
         for m in msgs:
             p = m.partition()
             if not owns(p):
@@ -261,7 +262,11 @@ class SealLoop:
             value, key = m.value(), m.key()
             outcome = handle(value, key, p, offset, clock())
             if type(outcome) is Sealed:
-                produce(producer, log_topic, outcome.record, key, p)
+                try:  # kafka_io.produce, inlined: once a record
+                    produce_now(log_topic, outcome.record, key, partition=p)
+                except BufferError:  # local queue full: as kafka_io.produce does
+                    producer.poll(0.05)
+                    produce(producer, log_topic, outcome.record, key, p)
                 out.sealed += 1
                 out.reencoded += outcome.reencoded
             elif isinstance(outcome, Rejection):

@@ -32,6 +32,7 @@ from evidence_contract import (
     response_digest,
 )
 from evidence_contract._avro import HISTORY
+from evidence_contract.merkle import CompactRange
 from evidence_contract.topics import partition_for
 from evidence_contract.vectors import (
     committed_event,
@@ -437,6 +438,55 @@ def test_a_module_that_disagrees_with_the_contract_is_refused(monkeypatch, nativ
 
     refused = _choose(monkeypatch, "auto", Lying)
     assert not refused.on and "differently" in refused.why
+
+    class Old:  # a build from before the compiled Merkle append
+        RECORD_FOR_CAPTURE = native_module.RECORD_FOR_CAPTURE
+        LEAF_LABEL = native_module.LEAF_LABEL
+
+        class Kernel:
+            def __init__(self, *a: str) -> None:
+                self.k = native_module.Kernel(*a)
+
+            def check(self, *a: Any) -> Any:
+                return self.k.check(*a)
+
+            def seal(self, *a: Any) -> Any:
+                return self.k.seal(*a)
+
+    refused = _choose(monkeypatch, "auto", Old)
+    assert not refused.on and "Merkle append" in refused.why
+
+
+def test_the_compiled_merkle_append_makes_the_pure_ranges(native_module):
+    rng = random.Random(9)
+    pure, compiled = CompactRange(), CompactRange()
+    merge = native_module.Kernel("w", "t", "0").append_leaf
+    for i in range(1100):
+        leaf = rng.randbytes(32)
+        pure.append(leaf)
+        compiled.append_with(merge, leaf)
+        assert (compiled.size, compiled.nodes) == (pure.size, pure.nodes), i
+    assert compiled.root() == pure.root()
+    # A restored range appends the same.
+    restored = CompactRange(pure.size, pure.nodes)
+    leaf = rng.randbytes(32)
+    restored.append_with(merge, leaf)
+    pure.append(leaf)
+    assert restored.nodes == pure.nodes
+
+
+@pytest.mark.parametrize("nodes,size,leaf,match", [
+    ([], 0, b"\x00" * 31, "32 bytes"),
+    ([b"\x00" * 32], 3, b"\x00" * 32, "compact range"),
+    ([b"\x00" * 31], 1, b"\x00" * 32, "node is 32 bytes"),
+    (["not bytes"], 1, b"\x00" * 32, "not bytes"),
+])
+def test_the_compiled_merkle_append_refuses_what_is_no_range_and_changes_nothing(
+        native_module, nodes, size, leaf, match):
+    before = list(nodes)
+    with pytest.raises(ValueError, match=match):
+        native_module.append_leaf(nodes, size, leaf)
+    assert nodes == before
 
 
 def test_the_compiled_path_is_selected_by_default_and_logged(native_module, caplog):

@@ -15,7 +15,7 @@
 //! `tests/unit/test_native_seal.py` holds both paths to the same vectors, byte for byte.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
 const MARKER: [u8; 2] = [0xc3, 0x01];
@@ -437,6 +437,12 @@ impl Kernel {
         Ok(Some(PyTuple::new(py, items)?))
     }
 
+    /// `append_leaf(nodes, size, leaf)`, the module's function, as a method: what the writer
+    /// appends each sealed record's leaf to its stream's compact range with.
+    fn append_leaf(&self, py: Python<'_>, nodes: &Bound<'_, PyList>, size: u64, leaf: &[u8]) -> PyResult<()> {
+        append_leaf(py, nodes, size, leaf)
+    }
+
     /// `(record, record_digest, leaf_hash)`: the EvidenceRecord sealing the body of `value`
     /// (accepted by `check`) with this seal, as `schemas.codec.encode_sealed` writes it.
     #[pyo3(signature = (value, record_fp, prev_digest, seq, occurred_at, partition, offset))]
@@ -502,6 +508,44 @@ impl Kernel {
     }
 }
 
+/// Append `leaf` to the compact range `nodes` of `size` leaves, in place, as
+/// `schemas.merkle.CompactRange.append` does: each trailing set bit of `size` is a perfect
+/// subtree the new node merges with (RFC 9162's SHA-256(0x01 || left || right)). Everything is
+/// read and checked before the list changes, so an error leaves it as it was.
+#[pyfunction]
+fn append_leaf(py: Python<'_>, nodes: &Bound<'_, PyList>, size: u64, leaf: &[u8]) -> PyResult<()> {
+    let bad = |m: &str| Err(pyo3::exceptions::PyValueError::new_err(m.to_string()));
+    if leaf.len() != DIGEST_SIZE {
+        return bad("a leaf hash is 32 bytes");
+    }
+    let len = nodes.len();
+    if len != size.count_ones() as usize {
+        return bad("the nodes are not a compact range of that size");
+    }
+    let merges = size.trailing_ones() as usize;
+    let mut node = [0u8; DIGEST_SIZE];
+    node.copy_from_slice(leaf);
+    for i in (len - merges..len).rev() {
+        let item = nodes.get_item(i)?;
+        let Ok(left) = item.cast::<PyBytes>() else {
+            return bad("a node is not bytes");
+        };
+        let left = left.as_bytes();
+        if left.len() != DIGEST_SIZE {
+            return bad("a node is 32 bytes");
+        }
+        let mut h = Sha256::new();
+        h.update([0x01]);
+        h.update(left);
+        h.update(node);
+        node = h.finalize().into();
+    }
+    if merges > 0 {
+        nodes.del_slice(len - merges, len)?;
+    }
+    nodes.append(PyBytes::new(py, &node))
+}
+
 /// Kafka's murmur2 keyed partition of `key` (for the tests against `partition_for`).
 #[pyfunction]
 fn partition_for(key: &[u8], partitions: u32) -> u32 {
@@ -512,6 +556,7 @@ fn partition_for(key: &[u8], partitions: u32) -> u32 {
 fn evidence_seal_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Kernel>()?;
     m.add_function(wrap_pyfunction!(partition_for, m)?)?;
+    m.add_function(wrap_pyfunction!(append_leaf, m)?)?;
     let pairs: [(&[u8], &[u8]); 2] = [(&CAPTURE_2_1, &RECORD_2_1), (&CAPTURE_2_0, &RECORD_2_0)];
     let py = m.py();
     let fps = pyo3::types::PyDict::new(py);
