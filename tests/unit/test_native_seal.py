@@ -410,6 +410,25 @@ def test_without_the_module_auto_is_pure_and_1_is_an_error(monkeypatch):
         _choose(monkeypatch, "yes")
 
 
+def _check_and_seal_only(native_module: Any, seal: Any = None) -> Any:
+    """A module like ``native_module`` whose Kernel has only ``check`` and ``seal`` (no
+    Merkle append), its seals passed through ``seal`` when given."""
+
+    class Kernel:
+        def __init__(self, *a: str) -> None:
+            self.k = native_module.Kernel(*a)
+
+        def check(self, *a: Any) -> Any:
+            return self.k.check(*a)
+
+        def seal(self, *a: Any) -> Any:
+            got = self.k.seal(*a)
+            return got if seal is None else seal(got)
+
+    return type("Module", (), {"RECORD_FOR_CAPTURE": native_module.RECORD_FOR_CAPTURE,
+                               "LEAF_LABEL": native_module.LEAF_LABEL, "Kernel": Kernel})
+
+
 def test_a_module_that_disagrees_with_the_contract_is_refused(monkeypatch, native_module):
     class Wrong:
         RECORD_FOR_CAPTURE = {bytes(8): bytes(8)}
@@ -421,38 +440,14 @@ def test_a_module_that_disagrees_with_the_contract_is_refused(monkeypatch, nativ
     with pytest.raises(NativeSealError, match="refused"):
         _choose(monkeypatch, "1", Wrong)
 
-    class Lying:
-        RECORD_FOR_CAPTURE = native_module.RECORD_FOR_CAPTURE
-        LEAF_LABEL = native_module.LEAF_LABEL
+    def lying(got: Any) -> Any:
+        record, digest, leaf = got
+        return record[:-1] + b"\x02", digest, leaf
 
-        class Kernel:
-            def __init__(self, *a: str) -> None:
-                self.k = native_module.Kernel(*a)
-
-            def check(self, *a: Any) -> Any:
-                return self.k.check(*a)
-
-            def seal(self, *a: Any) -> Any:
-                record, digest, leaf = self.k.seal(*a)
-                return record[:-1] + b"\x02", digest, leaf
-
-    refused = _choose(monkeypatch, "auto", Lying)
+    refused = _choose(monkeypatch, "auto", _check_and_seal_only(native_module, lying))
     assert not refused.on and "differently" in refused.why
 
-    class Old:  # a build from before the compiled Merkle append
-        RECORD_FOR_CAPTURE = native_module.RECORD_FOR_CAPTURE
-        LEAF_LABEL = native_module.LEAF_LABEL
-
-        class Kernel:
-            def __init__(self, *a: str) -> None:
-                self.k = native_module.Kernel(*a)
-
-            def check(self, *a: Any) -> Any:
-                return self.k.check(*a)
-
-            def seal(self, *a: Any) -> Any:
-                return self.k.seal(*a)
-
+    Old = _check_and_seal_only(native_module)  # a build from before the compiled Merkle append
     refused = _choose(monkeypatch, "auto", Old)
     assert not refused.on and "Merkle append" in refused.why
 
