@@ -51,6 +51,13 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{x['captures']} | {x['visible']} | {x['p50_ms']} | {x['p95_ms']} | "
                      f"{x['p99_ms']} | {x['max_ms']} | {a.get('p50')} / {a.get('p99')} | "
                      f"{b.get('p50')} / {b.get('p99')} |")
+    settles = [x["settled"] for x in r["latency"] if x.get("settled")]
+    if settles:
+        lines += ["", "Before each rate the disk was settled (a PostgreSQL checkpoint, `sync`, "
+                  "writeback awaited): dirty MiB before → after: "
+                  + "; ".join(f"{_fmt(x['rate_offered'])}/s {x['settled']['dirty_mib_before']}"
+                              f" → {x['settled']['dirty_mib_after']}"
+                              for x in r["latency"] if x.get("settled")) + "."]
     cpu_rows = [x for x in r["latency"] if x.get("cpu_us_per_capture")]
     if cpu_rows:
         names = list(dict.fromkeys(k for x in cpu_rows for k in x["cpu_us_per_capture"]))

@@ -12,6 +12,10 @@ baseline, then ``bench/results/<date>.{json,md,png}``.
 3. Rebuild from offset 0 over the records of 1 and 2 (blue/green, with the projector live),
    once the pipeline has drained the latency runs' backlog (the projection has stopped
    growing), then a binary COPY of the same rows into an unindexed table.
+
+Each timed part of 2 and 3 (every rate, the rebuild, the COPY) starts from a settled disk
+(``bench.services.settle_disk``: a PostgreSQL checkpoint, ``sync``, dirty pages written back),
+so none pays for what the sections before it wrote; the report says how much was dirty.
 4. ``POST /replay/verify`` at concurrency 4, 16, 64 and 256 from this process (the raw
    keep-alive client of ``bench.loadgen``, not httpx: httpx's pool was the bottleneck) against
    ``evidence api`` with its default workers, interleaved with a bare primary-key route in
@@ -213,6 +217,7 @@ def wait_settled(url: str, views: str, svc: Any, quiet_s: float = 3.0,
 
 def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     from bench.rebuild_rate import _copy_baseline
+    from bench.services import settle_disk
     from projections.rebuild import rebuild
     from projections.rows import record_row
     from tests.fixtures.writer import read_all
@@ -225,6 +230,7 @@ def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
 
     before = gc.get_threshold()
     tune_gc()
+    settled = {"rebuild": settle_disk(args.database_url)}
     try:
         r = rebuild(cfg)
     finally:
@@ -235,10 +241,12 @@ def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     rows = [record_row(m.value(), m.partition(), m.offset()) for m in msgs]
     del msgs
     _say(f"binary COPY of {len(rows)} rows")
+    settled["copy"] = settle_disk(args.database_url)
     copy_s = _copy_baseline(args.database_url, f"{args.tag}_copy", rows)
     return {"records": r.records, "seconds": round(r.seconds, 2), "steps": r.phases,
             "records_per_s": round(r.records / r.seconds), "copy_rows": len(rows),
-            "copy_seconds": round(copy_s, 2), "copy_rows_per_s": round(len(rows) / copy_s)}
+            "copy_seconds": round(copy_s, 2), "copy_rows_per_s": round(len(rows) / copy_s),
+            "settled": settled}
 
 
 def verify_vs_bare(args: argparse.Namespace, base: str, key: str, n: int,
@@ -411,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         api, base = start_api(args.database_url, cfg.views_schema, key, args.api_workers)
 
         from bench.latency import measure
+        from bench.services import settle_disk
 
         # Whose CPU the latency runs count, beside the gateways' and the poller's: the
         # pipeline's processes and, on the dev stack, the broker and PostgreSQL.
@@ -422,11 +431,15 @@ def main(argv: list[str] | None = None) -> int:
                 writer_max = rate == "max"
                 if writer_max:  # the writer's full rate, as section 1 measured it
                     rate = float(result["sealing"]["writer"]["records_per_s"])
-                _say(f"capture-to-queryable at {rate:g}/s for {args.latency_seconds:g} s")
+                settled = settle_disk(args.database_url)
+                _say(f"capture-to-queryable at {rate:g}/s for {args.latency_seconds:g} s "
+                     f"(disk settled: {settled['dirty_mib_before']} -> "
+                     f"{settled['dirty_mib_after']} MiB dirty in {settled['seconds']} s)")
                 result["latency"].append(measure(args.bootstrap, args.tag, base, key, rate,
                                                  args.latency_seconds, Path(spool) / str(int(rate)),
                                                  cpu_pids=cpu_pids))
                 result["latency"][-1]["writer_max"] = writer_max
+                result["latency"][-1]["settled"] = settled
 
         # The latency runs leave a backlog at their top rates (the writer and the projector
         # work on after the window): the rebuild is timed on a settled pipeline, as its

@@ -37,6 +37,11 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert cpu["gateways"] > 0 and cpu["writer"] > 0 and result["latency"][0]["cores_busy"] > 0
     assert "cores busy" in (tmp_path / "t.md").read_text()
     assert result["rebuild"]["records"] == result["rebuild"]["copy_rows"] == 320 + 50
+    # Every timed part of latency and rebuild started from a settled disk, and says so.
+    for settled in [result["latency"][0]["settled"], *result["rebuild"]["settled"].values()]:
+        assert settled["checkpoint"] is True and settled["dirty_mib_after"] is not None
+    assert set(result["rebuild"]["settled"]) == {"rebuild", "copy"}
+    assert "disk was settled" in (tmp_path / "t.md").read_text()
     assert [v["concurrency"] for v in result["verify"]] == [1, 2]
     assert all(v["verify"]["errors"] == 0 and v["bare"]["errors"] == 0 for v in result["verify"])
     assert all(result["peak_rss_mib"][p] for p in ("writer", "projector", "api"))
