@@ -12,7 +12,13 @@ Blue/green, in numbered steps (``rebuild``):
    next one waits): read the live generation's positions, catch the new generation up to
    (at least) them, and compare both over exactly that range of the log: per stream the
    record count, ``sha256`` of the ``record_digest``s in seq order and ``sha256`` of the
-   messages' hashes, and the findings; per stream the Merkle tree root at the live
+   messages' hashes (and of the served bodies, under the same redaction policy), and the
+   findings. Those per-stream summaries cover every row, but most are taken before the
+   lock: records rows are only ever inserted, so the rows below the live positions as of
+   step 1 (``early``) are final once committed; the live generation's are summarised during
+   the load and the new one's after its catch-up, and under the lock only the rows from
+   ``early`` on are, each part's digests joined (``joined``) into the summary compared. So
+   the live projector waits for the tail, not for a scan of both whole generations; per stream the Merkle tree root at the live
    generation's tree size, computed from each generation's own stored nodes; and the
    checkpoints folded from ``evidence.checkpoints`` below the live generation's positions
    there (size, root, and whether the root matched where both have checked it), and the
@@ -31,6 +37,7 @@ storing anything twice). No comparison: there is nothing left to compare with.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -49,9 +56,9 @@ from .errors import (
 from .service import CheckpointWriter, ErasureWriter, GenerationWriter, LogReader
 from .store import Store, StreamSummary
 
-__all__ = ["Progress", "ProgressFactory", "RebuildResult", "compare_checkpoints",
-           "compare_erasures", "compare_redaction", "compare_generations", "compare_trees", "rebuild",
-           "summarise_both"]
+__all__ = ["Progress", "ProgressFactory", "RebuildResult", "Summaries", "compare_checkpoints",
+           "compare_erasures", "compare_generations", "compare_redaction", "compare_trees",
+           "joined", "rebuild", "summarise_apart", "summarise_both"]
 
 log = event_logger("evidence.projector")
 
@@ -82,8 +89,11 @@ class RebuildResult:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds each step took, in order: ``load`` (bulk load to the end offsets as of the
     start), ``indexes``, ``catch_up`` (what arrived meanwhile, checkpoints, erasures),
-    ``check`` (under the live lock: the last catch-up, both generations summarised and
-    compared, the swap) and ``drop`` (the old generation)."""
+    ``summarise`` (the new generation's rows below the live positions as of the start, and
+    waiting for the live generation's summary of the same rows, taken during the load),
+    ``check`` (under the live lock: the last catch-up, both generations' rows past those
+    positions summarised, everything compared, the swap) and ``drop`` (the old
+    generation)."""
 
 
 class _Phases:
@@ -213,36 +223,106 @@ def _policy_digest(store: Store, gen: str) -> str:
     return "none" if policy is None else policy.digest.hex()
 
 
-def summarise_both(store: Store, live: str, rebuilt: str, bounds: Mapping[int, int],
-                   bodies: bool) -> tuple[tuple[dict, dict], tuple[dict, dict] | None]:
-    """``((live, rebuilt) stream summaries, (live, rebuilt) body summaries or None)``, each
-    generation scanned once, side by side: the live one on a connection of its own (its rows
-    are committed, and the caller holds the live lock, so no batch adds to them), the rebuilt
-    one on ``store``'s, inside the caller's transaction, which holds its last rows. Both
-    generations' every row is read and hashed: on a 2-core machine one after the other this
-    was a third of a rebuild beside a full live generation."""
-    import threading
+class _OnThread:
+    """A call run on a thread of its own; :meth:`result` waits for it and returns its value
+    or raises its error in the caller's thread."""
 
-    got: dict[str, Any] = {}
+    def __init__(self, call: Callable[[], Any], name: str) -> None:
+        import threading
 
-    def live_side() -> None:
+        self._got: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(call,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
         try:
-            with Store(store.cfg) as other:
-                got["live"] = other.summaries(live, bounds, bodies)
-        except BaseException as e:  # raised below, in the caller's thread
-            got["error"] = e
+            self._got["value"] = call()
+        except BaseException as e:  # raised by result(), in the caller's thread
+            self._got["error"] = e
 
-    t = threading.Thread(target=live_side, name="summarise-live", daemon=True)
-    t.start()
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self.join()
+        if "error" in self._got:
+            raise self._got["error"]
+        return self._got["value"]
+
+
+Summaries = tuple[dict[str, StreamSummary], "dict[str, bytes] | None"]
+"""``Store.summaries``' answer: per stream the summary, and the served bodies' digest or None."""
+
+SUMMARY_PARTS = 2
+"""Connections that share the new generation's summary before the lock, a share of the
+streams each: one summary is one server process, and the machine has at least two cores."""
+
+
+def summarise_apart(cfg: ProjectorConfig, gen: str, bounds: Mapping[int, int], bodies: bool,
+                    parts: int = 1, since: Mapping[int, int] | None = None) -> Summaries:
+    """``gen``'s committed rows below ``bounds`` (from ``since``) summarised
+    (``Store.summaries``) on ``parts`` connections of their own, side by side, each over its
+    share of the streams."""
+    def one(k: int) -> Summaries:
+        with Store(cfg) as store:
+            return store.summaries(gen, bounds, bodies, since=since,
+                                   part=(k, parts) if parts > 1 else None)
+
+    if parts == 1:
+        return one(0)
+    shares = [_OnThread(lambda k=k: one(k), f"summarise-{gen}-{k}") for k in range(parts)]
+    sums: dict[str, StreamSummary] = {}
+    body: dict[str, bytes] | None = {} if bodies else None
+    for share in shares:
+        a, b = share.result()
+        sums.update(a)
+        if body is not None and b is not None:
+            body.update(b)
+    return sums, body
+
+
+def summarise_both(store: Store, live: str, rebuilt: str, bounds: Mapping[int, int],
+                   bodies: bool, since: Mapping[int, int] | None = None
+                   ) -> tuple[tuple[dict, dict], tuple[dict, dict] | None]:
+    """``((live, rebuilt) stream summaries, (live, rebuilt) body summaries or None)`` of the
+    rows below ``bounds`` (from ``since``), each generation scanned once, side by side: the
+    live one on a connection of its own (its rows are committed, and the caller holds the
+    live lock, so no batch adds to them), the rebuilt one on ``store``'s, inside the caller's
+    transaction, which holds its last rows. On a 2-core machine one after the other this
+    was a third of a rebuild beside a full live generation."""
+    theirs = _OnThread(lambda: summarise_apart(store.cfg, live, bounds, bodies, since=since),
+                       "summarise-live")
     try:
-        mine = store.summaries(rebuilt, bounds, bodies)
+        mine = store.summaries(rebuilt, bounds, bodies, since=since)
     finally:
-        t.join()
-    if "error" in got:
-        raise got["error"]
-    theirs = got["live"]
-    return ((theirs[0], mine[0]),
-            (theirs[1], mine[1]) if bodies else None)
+        got = theirs.result()
+    return ((got[0], mine[0]),
+            (got[1], mine[1]) if bodies else None)
+
+
+_ABSENT = bytes(32)
+
+
+def _join_digests(prefix: bytes | None, tail: bytes | None) -> bytes:
+    return hashlib.sha256((prefix or _ABSENT) + (tail or _ABSENT)).digest()
+
+
+def joined(prefix: Summaries, tail: Summaries) -> Summaries:
+    """Per stream, the summaries of a prefix of the log and of the rest, as one: the counts
+    added, each digest the sha256 of the prefix's and the tail's (32 zero bytes standing for
+    a part without the stream). Two generations' joined summaries over the same split are
+    equal exactly when both parts are (up to sha256 collisions)."""
+    (ps, pb), (ts, tb) = prefix, tail
+    none = (0, None, None)
+    sums = {}
+    for stream in ps.keys() | ts.keys():
+        (pc, pd, ph), (tc, td, th) = ps.get(stream, none), ts.get(stream, none)
+        sums[stream] = (pc + tc, _join_digests(pd, td), _join_digests(ph, th))
+    body = None
+    if pb is not None and tb is not None:
+        body = {stream: _join_digests(pb.get(stream), tb.get(stream))
+                for stream in pb.keys() | tb.keys()}
+    return sums, body
 
 
 def _summary(s: tuple[int, bytes, bytes] | None) -> str:
@@ -315,71 +395,106 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
         gen = store.create_generation(indexes=False)
         log("info", "rebuild_started", generation=gen, live=live, topic=reader.topic)
         phases = _Phases(gen)
-        writer = GenerationWriter(store, reader, gen, follow_live=False)
-        writer.seek_to_stored()
-        cp_writer = CheckpointWriter(store, cp_reader, gen, follow_live=False)
-        cp_writer.seek_to_stored()
-        er_writer = ErasureWriter(store, er_reader, gen, follow_live=False)
-        er_writer.seek_to_stored()
-
-        # 2. bulk load, then catch up with what arrived meanwhile (records before the
-        #    checkpoints that cover them: most checkpoints are then checked as they come)
-        targets = reader.end_offsets()
-        progress = make_progress(f"rebuild {gen}", sum(targets.values())) if show_progress else None
-        # Its writes overlapped with the folding of the next batch (projections.bulk): the
-        # generation is this rebuild's alone until it swaps.
-        writer.bulk = bulk = BulkLoad(store, gen, reader.topic)
+        # The live generation's rows below its positions now are committed and final (a
+        # records row is only ever inserted), so they are summarised during the load, on a
+        # connection of their own and the core the load leaves idle; the live lock (step 3)
+        # is then held only for the rows past them, not for a scan of the whole generation.
+        same_policy = _policy_digest(store, live) == _policy_digest(store, gen)
+        early = store.positions(live, reader.topic)
+        live_early = _OnThread(lambda: summarise_apart(cfg, live, early, same_policy),
+                               f"summarise-{live}")
         try:
-            _fill(writer, targets, cfg, progress, 0)
-            bulk.close()
+            return _rebuild_beside(cfg, store, reader, cp_reader, er_reader, live, gen, phases,
+                                   same_policy, early, live_early, make_progress,
+                                   show_progress, t0)
         finally:
-            writer.bulk = None
-            bulk.stop()
-        if progress is not None:
-            progress.close()
-        phases.done("load")
-        store.create_indexes(gen)
-        phases.done("indexes")
-        _fill(writer, reader.end_offsets(), cfg, None, 0)
-        _fill(cp_writer, cp_reader.end_offsets(), cfg, None, 0)
-        _fill(er_writer, er_reader.end_offsets(), cfg, None, 0)
-        phases.done("catch_up")
+            live_early.join()
 
-        # 3. under the live lock: reach the live generation's positions, compare, swap
-        with store.transaction():
-            if store.lock_live() != live:
-                raise ProjectionError(f"the live generation changed during the rebuild; "
-                                      f"{gen} is kept, not swapped")
-            bounds = _reach_live(store, live, reader, writer, cfg)
-            cp_bounds = _reach_live(store, live, cp_reader, cp_writer, cfg)
-            er_bounds = _reach_live(store, live, er_reader, er_writer, cfg)
-            same_policy = _policy_digest(store, live) == _policy_digest(store, gen)
-            sums, bodies = summarise_both(store, live, gen, bounds, same_policy)
-            streams, diffs = compare_generations(store, live, gen, bounds, cp_bounds, er_bounds,
-                                                 summaries=sums)
-            red_diffs, red_warnings = compare_redaction(store, live, gen, bounds, bodies)
-            diffs += red_diffs
-            if not diffs:
-                store.make_live(gen)
-        phases.done("check")
-        if diffs:
-            log("error", "rebuild_mismatch", generation=gen, live=live,
-                differences=len(diffs))
-            raise RebuildMismatch(gen, live, diffs[:MAX_DIFFERENCES]
-                                  + ([f"... and {len(diffs) - MAX_DIFFERENCES} more"]
-                                     if len(diffs) > MAX_DIFFERENCES else []))
-        log("info", "swapped", generation=gen, previous=live, checked_streams=streams)
 
-        # 4. drop the old generation
-        result = RebuildResult(gen, live, writer.records, 0.0, False, streams,
-                               phases=phases.seconds)
-        for w in red_warnings:
-            log("warning", "redaction_changed", generation=gen, previous=live, detail=w)
-            result.warnings.append(w)
-        result.dropped = _drop(store, live, result)
-        phases.done("drop")
-        result.seconds = time.monotonic() - t0
-        return result
+def _rebuild_beside(cfg: ProjectorConfig, store: Store, reader: LogReader,
+                    cp_reader: LogReader, er_reader: LogReader, live: str, gen: str,
+                    phases: _Phases, same_policy: bool, early: Mapping[int, int],
+                    live_early: _OnThread, make_progress: ProgressFactory,
+                    show_progress: bool, t0: float) -> RebuildResult:
+    """Steps 2-4 of a blue/green rebuild of ``live`` into ``gen`` (see :func:`rebuild`)."""
+    import time
+
+    writer = GenerationWriter(store, reader, gen, follow_live=False)
+    writer.seek_to_stored()
+    cp_writer = CheckpointWriter(store, cp_reader, gen, follow_live=False)
+    cp_writer.seek_to_stored()
+    er_writer = ErasureWriter(store, er_reader, gen, follow_live=False)
+    er_writer.seek_to_stored()
+
+    # 2. bulk load, then catch up with what arrived meanwhile (records before the
+    #    checkpoints that cover them: most checkpoints are then checked as they come)
+    targets = reader.end_offsets()
+    progress = make_progress(f"rebuild {gen}", sum(targets.values())) if show_progress else None
+    # Its writes overlapped with the folding of the next batch (projections.bulk): the
+    # generation is this rebuild's alone until it swaps.
+    writer.bulk = bulk = BulkLoad(store, gen, reader.topic)
+    try:
+        _fill(writer, targets, cfg, progress, 0)
+        bulk.close()
+    finally:
+        writer.bulk = None
+        bulk.stop()
+    if progress is not None:
+        progress.close()
+    phases.done("load")
+    store.create_indexes(gen)
+    phases.done("indexes")
+    _fill(writer, reader.end_offsets(), cfg, None, 0)
+    _fill(cp_writer, cp_reader.end_offsets(), cfg, None, 0)
+    _fill(er_writer, er_reader.end_offsets(), cfg, None, 0)
+    phases.done("catch_up")
+    # The new generation over the same early range as the live one (the load went to the
+    # log's end as of after ``early`` was read, so it has every row below it, committed).
+    rebuilt_early = summarise_apart(cfg, gen, early, same_policy, SUMMARY_PARTS)
+    live_early_sums = live_early.result()
+    phases.done("summarise")
+
+    # 3. under the live lock: reach the live generation's positions, compare, swap (the
+    #    rows from ``early`` on summarised now, joined to the early summaries)
+    with store.transaction():
+        if store.lock_live() != live:
+            raise ProjectionError(f"the live generation changed during the rebuild; "
+                                  f"{gen} is kept, not swapped")
+        bounds = _reach_live(store, live, reader, writer, cfg)
+        cp_bounds = _reach_live(store, live, cp_reader, cp_writer, cfg)
+        er_bounds = _reach_live(store, live, er_reader, er_writer, cfg)
+        (live_tail, rebuilt_tail), body_tails = summarise_both(store, live, gen, bounds,
+                                                               same_policy, since=early)
+        tails = ((live_tail, body_tails[0] if body_tails else None),
+                 (rebuilt_tail, body_tails[1] if body_tails else None))
+        (a, a_body), (b, b_body) = (joined(live_early_sums, tails[0]),
+                                    joined(rebuilt_early, tails[1]))
+        sums, bodies = (a, b), ((a_body, b_body) if same_policy else None)
+        streams, diffs = compare_generations(store, live, gen, bounds, cp_bounds, er_bounds,
+                                             summaries=sums)
+        red_diffs, red_warnings = compare_redaction(store, live, gen, bounds, bodies)
+        diffs += red_diffs
+        if not diffs:
+            store.make_live(gen)
+    phases.done("check")
+    if diffs:
+        log("error", "rebuild_mismatch", generation=gen, live=live,
+            differences=len(diffs))
+        raise RebuildMismatch(gen, live, diffs[:MAX_DIFFERENCES]
+                              + ([f"... and {len(diffs) - MAX_DIFFERENCES} more"]
+                                 if len(diffs) > MAX_DIFFERENCES else []))
+    log("info", "swapped", generation=gen, previous=live, checked_streams=streams)
+
+    # 4. drop the old generation
+    result = RebuildResult(gen, live, writer.records, 0.0, False, streams,
+                           phases=phases.seconds)
+    for w in red_warnings:
+        log("warning", "redaction_changed", generation=gen, previous=live, detail=w)
+        result.warnings.append(w)
+    result.dropped = _drop(store, live, result)
+    phases.done("drop")
+    result.seconds = time.monotonic() - t0
+    return result
 
 
 def _drop(store: Store, gen: str, result: RebuildResult) -> bool:

@@ -907,21 +907,38 @@ class Store:
         sha256 of the record_digests in seq order, sha256 of their messages' sha256s."""
         return self.summaries(gen, bounds, bodies=False)[0]
 
-    def summaries(self, gen: str, bounds: Mapping[int, int], bodies: bool
+    def summaries(self, gen: str, bounds: Mapping[int, int], bodies: bool,
+                  since: Mapping[int, int] | None = None, part: tuple[int, int] | None = None
                   ) -> tuple[dict[str, StreamSummary], dict[str, bytes] | None]:
-        """Per stream, over records below ``bounds`` (partition -> next offset): count,
-        sha256 of the record_digests in seq order and sha256 of their messages' sha256s; with
-        ``bodies`` also sha256 of the served body columns (what a redaction policy masks) in
-        seq order, else None. One scan of the records: a rebuild's pre-swap check reads every
-        row's bytes."""
+        """Per stream, over records below ``bounds`` (partition -> next offset) and at or
+        above ``since`` (partition -> offset; none: from 0): count, sha256 of the
+        record_digests in seq order and sha256 of their messages' sha256s; with ``bodies``
+        also sha256 of the served body columns (what a redaction policy masks) in seq order,
+        else None. ``part=(k, n)``: only the streams whose name hashes to ``k`` of ``n``, so
+        ``n`` connections can share one generation's scan. One scan of the records: a
+        rebuild's pre-swap check reads every row's bytes."""
         from .redact import MASKED
 
-        arr = _bounds_array(bounds)
         order = "order by seq, log_partition, log_offset"
         cols = " || ".join(
             f"coalesce(sha256({c}), ''::bytea)" if c != "params" else
             "coalesce(sha256(convert_to(params, 'UTF8')), ''::bytea)" for c in MASKED)
         body = f", sha256(string_agg(b, ''::bytea {order}))" if bodies else ""
+        where, args = "log_offset < (%s::bigint[])[log_partition + 1]", [_bounds_array(bounds)]
+        if since:
+            # A range of the primary key per partition: a tail is read through the index,
+            # so its cost is the tail's, not the table's.
+            ranges = [(p, since.get(p, 0), end) for p, end in sorted(bounds.items())
+                      if since.get(p, 0) < end]
+            if not ranges:
+                return {}, {} if bodies else None
+            where = "(" + " or ".join(
+                "(log_partition = %s and log_offset >= %s and log_offset < %s)"
+                for _ in ranges) + ")"
+            args = [x for r in ranges for x in r]
+        if part is not None:
+            where += " and mod(hashtext(stream)::bigint + 2147483648, %s) = %s"
+            args += [part[1], part[0]]
         # Each row's bytes are hashed in the scan, below the sort (``offset 0`` keeps the
         # subquery a subquery): sorted as they were, the rows' bytes went through the sort
         # and spilled to disk, a third of a 200k-record rebuild's check.
@@ -931,10 +948,9 @@ class Store:
                 f" sha256(string_agg(h, ''::bytea {order})){body} "
                 f"from (select stream, seq, log_partition, log_offset, record_digest, "
                 f"sha256(record_bytes) as h{f', {cols} as b' if bodies else ''} "
-                f'from "{gen}".records '
-                f"where log_offset < (%s::bigint[])[log_partition + 1] offset 0) as r "
+                f'from "{gen}".records where {where} offset 0) as r '
                 f"group by stream",
-                (arr,)).fetchall()
+                args).fetchall()
         return ({r[0]: (r[1], r[2], r[3]) for r in rows},
                 {r[0]: bytes(r[4]) for r in rows} if bodies else None)
 

@@ -113,7 +113,7 @@ def test_rebuild_swaps_in_an_equal_generation_while_readers_keep_answering(
     assert new != old and "is live" in out and "records/s" in err
     # Each step's time, in the order they ran.
     steps = [part.split()[0] for part in out.split("rebuild: steps: ")[1].splitlines()[0].split(", ")]
-    assert steps == ["load", "indexes", "catch_up", "check", "drop"], out
+    assert steps == ["load", "indexes", "catch_up", "summarise", "check", "drop"], out
     assert not schema_exists(cfg, old)
     assert q(cfg, "select name, state from {m}.generations") == [(new, "live")]
     assert sql_checksums(cfg) == log_checksums(recs)
@@ -203,3 +203,67 @@ def test_a_bulk_rebuild_flags_the_same_event_id_duplicates_as_the_live_projector
         ("duplicate_event_id", "ten-a:chat", 1), ("duplicate_event_id", "ten-b:chat", 1),
         ("duplicate_event_id", "ten-e:chat", 1)]
     assert len(filler) == 40
+
+
+def _during_the_rebuild(monkeypatch, action):
+    """Run ``action`` after the rebuild's bulk load, before its live lock: after the live
+    generation's early positions were read, so what the live projector adds meanwhile is
+    compared in the tail, under the lock."""
+    from projections.store import Store
+
+    build = Store.create_indexes
+
+    def create_indexes(self, gen):
+        action()
+        return build(self, gen)
+
+    monkeypatch.setattr(Store, "create_indexes", create_indexes)
+
+
+def test_rows_the_live_projector_adds_during_a_rebuild_are_compared_under_the_lock(
+        projected_log, topics, produce_chain, monkeypatch):
+    from projections.rebuild import rebuild
+
+    cfg, recs, _projector = projected_log
+    old = live(cfg)
+    more = []
+
+    def add():
+        more.extend(produce_chain(topics, streams={"a": 10, "b": 5}, start=heads_of(recs)))
+        wait_until("3016 records", lambda: count(cfg) == 3016)
+
+    _during_the_rebuild(monkeypatch, add)
+    result = rebuild(cfg)
+    assert result.generation != old and result.records == 3016 and live(cfg) == result.generation
+    assert result.phases["summarise"] >= 0 and "check" in result.phases
+    assert sql_checksums(cfg) == log_checksums(recs + more)
+
+
+@pytest.mark.parametrize("where", ["early", "tail"])
+def test_a_live_row_altered_before_or_after_the_early_positions_stops_the_swap(
+        projected_log, topics, produce_chain, monkeypatch, where):
+    """The live generation's rows below its positions at the start are summarised during
+    the load, the rest under the lock; an altered row is found in either part."""
+    from projections.errors import RebuildMismatch
+    from projections.rebuild import rebuild
+
+    cfg, recs, _projector = projected_log
+    old = live(cfg)
+    seq = 7 if where == "early" else 1502
+
+    def add_and_alter():
+        produce_chain(topics, streams={"a": 10}, start=heads_of(recs))
+        wait_until("3011 records", lambda: count(cfg) == 3011)
+        if where == "tail":
+            q(cfg, f'update "{old}".records set record_bytes = record_bytes || %s '
+                   f"where stream = 'a' and seq = %s returning 1", (b"\x00", seq))
+
+    if where == "early":
+        q(cfg, f'update "{old}".records set record_bytes = record_bytes || %s '
+               f"where stream = 'a' and seq = %s returning 1", (b"\x00", seq))
+    _during_the_rebuild(monkeypatch, add_and_alter)
+    with pytest.raises(RebuildMismatch) as e:
+        rebuild(cfg)
+    assert any(d.startswith("stream a:") for d in e.value.differences), e.value.differences
+    assert not any(d.startswith("stream b:") for d in e.value.differences)
+    assert live(cfg) == old
