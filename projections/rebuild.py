@@ -18,15 +18,15 @@ Blue/green, in numbered steps (``rebuild``):
    step 1 (``early``) are final once committed; the live generation's are summarised during
    the load and the new one's after its catch-up, and under the lock only the rows from
    ``early`` on are, each part's digests joined (``joined``) into the summary compared. So
-   the live projector waits for the tail, not for a scan of both whole generations; per stream the Merkle tree root at the live
-   generation's tree size, computed from each generation's own stored nodes; and the
-   checkpoints folded from ``evidence.checkpoints`` below the live generation's positions
-   there (size, root, and whether the root matched where both have checked it), and the
-   erasures folded from ``evidence.erasures`` likewise (request, key id, when). Equal:
-   ``make_live`` swaps the views, in the same
-   transaction, so readers see the old generation or the new one, never a mix. Unequal: no
-   swap; the new generation is kept for inspection and ``RebuildMismatch`` lists the
-   differences.
+   the live projector waits for the tail, not for a scan of both whole generations. Also
+   compared: per stream the Merkle tree root at the live generation's tree size, computed
+   from each generation's own stored nodes; the checkpoints folded from
+   ``evidence.checkpoints`` below the live generation's positions there (size, root, and
+   whether the root matched where both have checked it); and the erasures folded from
+   ``evidence.erasures`` likewise (request, key id, when). Equal: ``make_live`` swaps the
+   views, in the same transaction, so readers see the old generation or the new one, never
+   a mix. Unequal: no swap; the new generation is kept for inspection and
+   ``RebuildMismatch`` lists the differences.
 4. Drop the old generation (waits for readers still in a query on it, with a lock timeout
    and retries: if readers never let go it stays ``retired`` and the next rebuild drops it).
 
