@@ -81,9 +81,8 @@ def markdown(r: dict[str, Any]) -> str:
         lines += ["", "The rebuild's steps (seconds): "
                   + ", ".join(f"{k} {v}" for k, v in b["steps"].items())
                   + "; `summarise` reads and hashes every row of both generations below the "
-                    "live positions as of the start (the live generation's during the load), "
-                    "`check` the rows past them, under the live lock; the COPY baseline has "
-                    "neither."]
+                    "live positions after the catch-up, `check` the rows past them, under the "
+                    "live lock; the COPY baseline has neither."]
     lines += ["", "## 4. Replay verify vs a bare primary-key route (same server)", "",
               f"`evidence api` with {r.get('api_workers', 1)} worker(s); closed-loop load from "
               f"the bench's raw HTTP/1.1 keep-alive client (`bench.loadgen`), one connection "

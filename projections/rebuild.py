@@ -14,11 +14,11 @@ Blue/green, in numbered steps (``rebuild``):
    record count, ``sha256`` of the ``record_digest``s in seq order and ``sha256`` of the
    messages' hashes (and of the served bodies, under the same redaction policy), and the
    findings. Those per-stream summaries cover every row, but most are taken before the
-   lock: records rows are only ever inserted, so the rows below the live positions as of
-   step 1 (``early``) are final once committed; the live generation's are summarised during
-   the load and the new one's after its catch-up, and under the lock only the rows from
-   ``early`` on are, each part's digests joined (``joined``) into the summary compared. So
-   the live projector waits for the tail, not for a scan of both whole generations. Also
+   lock: records rows are only ever inserted, so once the new generation has caught up, the
+   rows below the live positions then (``early``) are final in both; they are summarised
+   side by side before the lock, and under it only the rows from ``early`` on are, each
+   part's digests joined (``joined``) into the summary compared. So the live projector
+   waits for the tail, not for a scan of both whole generations. Also
    compared: per stream the Merkle tree root at the live generation's tree size, computed
    from each generation's own stored nodes; the checkpoints folded from
    ``evidence.checkpoints`` below the live generation's positions there (size, root, and
@@ -38,6 +38,7 @@ storing anything twice). No comparison: there is nothing left to compare with.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -89,8 +90,8 @@ class RebuildResult:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds each step took, in order: ``load`` (bulk load to the end offsets as of the
     start), ``indexes``, ``catch_up`` (what arrived meanwhile, checkpoints, erasures),
-    ``summarise`` (the new generation's rows below the live positions as of the start, and
-    waiting for the live generation's summary of the same rows, taken during the load),
+    ``summarise`` (both generations' rows below the live positions after the catch-up,
+    side by side, before the live lock),
     ``check`` (under the live lock: the last catch-up, both generations' rows past those
     positions summarised, everything compared, the swap) and ``drop`` (the old
     generation)."""
@@ -253,9 +254,10 @@ class _OnThread:
 Summaries = tuple[dict[str, StreamSummary], "dict[str, bytes] | None"]
 """``Store.summaries``' answer: per stream the summary, and the served bodies' digest or None."""
 
-SUMMARY_PARTS = 2
-"""Connections that share the new generation's summary before the lock, a share of the
-streams each: one summary is one server process, and the machine has at least two cores."""
+SUMMARY_PARTS = max(1, (os.cpu_count() or 2) // 2)
+"""Connections that share each generation's summary before the lock, a share of the streams
+each: a summary is one server process, and the two generations' run side by side (on 2
+cores, one each)."""
 
 
 def summarise_apart(cfg: ProjectorConfig, gen: str, bounds: Mapping[int, int], bodies: bool,
@@ -359,9 +361,9 @@ def _fill(writer: GenerationWriter, targets: Mapping[int, int], cfg: ProjectorCo
 
 def _reach_live(store: Store, live: str, reader: LogReader, writer: GenerationWriter,
                 cfg: ProjectorConfig) -> dict[int, int]:
-    """Under the live lock: fill ``writer`` up to the live generation's positions on
-    ``reader``'s topic (0 for a partition it has none of); returns those positions, the
-    bounds of the comparison on that topic."""
+    """Fill ``writer`` up to the live generation's positions on ``reader``'s topic (0 for a
+    partition it has none of); returns those positions. Under the live lock they are the
+    bounds of the comparison on that topic; before it, the end of its early part."""
     stored = store.positions(live, reader.topic)
     bounds = {p: stored.get(p, 0) for p in reader.partitions}
     _fill(writer, bounds, cfg, None, 0)
@@ -395,106 +397,92 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
         gen = store.create_generation(indexes=False)
         log("info", "rebuild_started", generation=gen, live=live, topic=reader.topic)
         phases = _Phases(gen)
-        # The live generation's rows below its positions now are committed and final (a
-        # records row is only ever inserted), so they are summarised during the load, on a
-        # connection of their own and the core the load leaves idle; the live lock (step 3)
-        # is then held only for the rows past them, not for a scan of the whole generation.
-        same_policy = _policy_digest(store, live) == _policy_digest(store, gen)
-        early = store.positions(live, reader.topic)
-        live_early = _OnThread(lambda: summarise_apart(cfg, live, early, same_policy),
-                               f"summarise-{live}")
+        writer = GenerationWriter(store, reader, gen, follow_live=False)
+        writer.seek_to_stored()
+        cp_writer = CheckpointWriter(store, cp_reader, gen, follow_live=False)
+        cp_writer.seek_to_stored()
+        er_writer = ErasureWriter(store, er_reader, gen, follow_live=False)
+        er_writer.seek_to_stored()
+
+        # 2. bulk load, then catch up with what arrived meanwhile (records before the
+        #    checkpoints that cover them: most checkpoints are then checked as they come)
+        targets = reader.end_offsets()
+        progress = make_progress(f"rebuild {gen}", sum(targets.values())) if show_progress else None
+        # Its writes overlapped with the folding of the next batch (projections.bulk): the
+        # generation is this rebuild's alone until it swaps.
+        writer.bulk = bulk = BulkLoad(store, gen, reader.topic)
         try:
-            return _rebuild_beside(cfg, store, reader, cp_reader, er_reader, live, gen, phases,
-                                   same_policy, early, live_early, make_progress,
-                                   show_progress, t0)
+            _fill(writer, targets, cfg, progress, 0)
+            bulk.close()
         finally:
-            live_early.join()
+            writer.bulk = None
+            bulk.stop()
+        if progress is not None:
+            progress.close()
+        phases.done("load")
+        store.create_indexes(gen)
+        phases.done("indexes")
+        _fill(writer, reader.end_offsets(), cfg, None, 0)
+        _fill(cp_writer, cp_reader.end_offsets(), cfg, None, 0)
+        _fill(er_writer, er_reader.end_offsets(), cfg, None, 0)
+        phases.done("catch_up")
 
+        # Most of the pre-swap check, before the lock: records rows are only ever inserted,
+        # so the rows below the live generation's positions now (``early``; the new one is
+        # filled up to them) are final, and both generations' are summarised here, side by
+        # side. Under the live lock (step 3) only the rows past them are: the live projector
+        # then waits for that tail, not for a scan of both whole generations. (Summarised
+        # during the load instead, the live generation's scan slowed the load by as much:
+        # 600k records, load 24.6-25.7 s against 18.9 s.)
+        same_policy = _policy_digest(store, live) == _policy_digest(store, gen)
+        early = _reach_live(store, live, reader, writer, cfg)
+        live_side = _OnThread(lambda: summarise_apart(cfg, live, early, same_policy,
+                                                      SUMMARY_PARTS), f"summarise-{live}")
+        try:
+            rebuilt_early = summarise_apart(cfg, gen, early, same_policy, SUMMARY_PARTS)
+        finally:
+            live_early = live_side.result()
+        phases.done("summarise")
 
-def _rebuild_beside(cfg: ProjectorConfig, store: Store, reader: LogReader,
-                    cp_reader: LogReader, er_reader: LogReader, live: str, gen: str,
-                    phases: _Phases, same_policy: bool, early: Mapping[int, int],
-                    live_early: _OnThread, make_progress: ProgressFactory,
-                    show_progress: bool, t0: float) -> RebuildResult:
-    """Steps 2-4 of a blue/green rebuild of ``live`` into ``gen`` (see :func:`rebuild`)."""
-    import time
+        # 3. under the live lock: reach the live generation's positions, compare, swap (the
+        #    rows from ``early`` on summarised now, joined to the early summaries)
+        with store.transaction():
+            if store.lock_live() != live:
+                raise ProjectionError(f"the live generation changed during the rebuild; "
+                                      f"{gen} is kept, not swapped")
+            bounds = _reach_live(store, live, reader, writer, cfg)
+            cp_bounds = _reach_live(store, live, cp_reader, cp_writer, cfg)
+            er_bounds = _reach_live(store, live, er_reader, er_writer, cfg)
+            (live_tail, rebuilt_tail), body_tails = summarise_both(store, live, gen, bounds,
+                                                                   same_policy, since=early)
+            a, a_body = joined(live_early, (live_tail, body_tails and body_tails[0]))
+            b, b_body = joined(rebuilt_early, (rebuilt_tail, body_tails and body_tails[1]))
+            sums, bodies = (a, b), ((a_body, b_body) if same_policy else None)
+            streams, diffs = compare_generations(store, live, gen, bounds, cp_bounds, er_bounds,
+                                                 summaries=sums)
+            red_diffs, red_warnings = compare_redaction(store, live, gen, bounds, bodies)
+            diffs += red_diffs
+            if not diffs:
+                store.make_live(gen)
+        phases.done("check")
+        if diffs:
+            log("error", "rebuild_mismatch", generation=gen, live=live,
+                differences=len(diffs))
+            raise RebuildMismatch(gen, live, diffs[:MAX_DIFFERENCES]
+                                  + ([f"... and {len(diffs) - MAX_DIFFERENCES} more"]
+                                     if len(diffs) > MAX_DIFFERENCES else []))
+        log("info", "swapped", generation=gen, previous=live, checked_streams=streams)
 
-    writer = GenerationWriter(store, reader, gen, follow_live=False)
-    writer.seek_to_stored()
-    cp_writer = CheckpointWriter(store, cp_reader, gen, follow_live=False)
-    cp_writer.seek_to_stored()
-    er_writer = ErasureWriter(store, er_reader, gen, follow_live=False)
-    er_writer.seek_to_stored()
-
-    # 2. bulk load, then catch up with what arrived meanwhile (records before the
-    #    checkpoints that cover them: most checkpoints are then checked as they come)
-    targets = reader.end_offsets()
-    progress = make_progress(f"rebuild {gen}", sum(targets.values())) if show_progress else None
-    # Its writes overlapped with the folding of the next batch (projections.bulk): the
-    # generation is this rebuild's alone until it swaps.
-    writer.bulk = bulk = BulkLoad(store, gen, reader.topic)
-    try:
-        _fill(writer, targets, cfg, progress, 0)
-        bulk.close()
-    finally:
-        writer.bulk = None
-        bulk.stop()
-    if progress is not None:
-        progress.close()
-    phases.done("load")
-    store.create_indexes(gen)
-    phases.done("indexes")
-    _fill(writer, reader.end_offsets(), cfg, None, 0)
-    _fill(cp_writer, cp_reader.end_offsets(), cfg, None, 0)
-    _fill(er_writer, er_reader.end_offsets(), cfg, None, 0)
-    phases.done("catch_up")
-    # The new generation over the same early range as the live one (the load went to the
-    # log's end as of after ``early`` was read, so it has every row below it, committed).
-    rebuilt_early = summarise_apart(cfg, gen, early, same_policy, SUMMARY_PARTS)
-    live_early_sums = live_early.result()
-    phases.done("summarise")
-
-    # 3. under the live lock: reach the live generation's positions, compare, swap (the
-    #    rows from ``early`` on summarised now, joined to the early summaries)
-    with store.transaction():
-        if store.lock_live() != live:
-            raise ProjectionError(f"the live generation changed during the rebuild; "
-                                  f"{gen} is kept, not swapped")
-        bounds = _reach_live(store, live, reader, writer, cfg)
-        cp_bounds = _reach_live(store, live, cp_reader, cp_writer, cfg)
-        er_bounds = _reach_live(store, live, er_reader, er_writer, cfg)
-        (live_tail, rebuilt_tail), body_tails = summarise_both(store, live, gen, bounds,
-                                                               same_policy, since=early)
-        tails = ((live_tail, body_tails[0] if body_tails else None),
-                 (rebuilt_tail, body_tails[1] if body_tails else None))
-        (a, a_body), (b, b_body) = (joined(live_early_sums, tails[0]),
-                                    joined(rebuilt_early, tails[1]))
-        sums, bodies = (a, b), ((a_body, b_body) if same_policy else None)
-        streams, diffs = compare_generations(store, live, gen, bounds, cp_bounds, er_bounds,
-                                             summaries=sums)
-        red_diffs, red_warnings = compare_redaction(store, live, gen, bounds, bodies)
-        diffs += red_diffs
-        if not diffs:
-            store.make_live(gen)
-    phases.done("check")
-    if diffs:
-        log("error", "rebuild_mismatch", generation=gen, live=live,
-            differences=len(diffs))
-        raise RebuildMismatch(gen, live, diffs[:MAX_DIFFERENCES]
-                              + ([f"... and {len(diffs) - MAX_DIFFERENCES} more"]
-                                 if len(diffs) > MAX_DIFFERENCES else []))
-    log("info", "swapped", generation=gen, previous=live, checked_streams=streams)
-
-    # 4. drop the old generation
-    result = RebuildResult(gen, live, writer.records, 0.0, False, streams,
-                           phases=phases.seconds)
-    for w in red_warnings:
-        log("warning", "redaction_changed", generation=gen, previous=live, detail=w)
-        result.warnings.append(w)
-    result.dropped = _drop(store, live, result)
-    phases.done("drop")
-    result.seconds = time.monotonic() - t0
-    return result
+        # 4. drop the old generation
+        result = RebuildResult(gen, live, writer.records, 0.0, False, streams,
+                               phases=phases.seconds)
+        for w in red_warnings:
+            log("warning", "redaction_changed", generation=gen, previous=live, detail=w)
+            result.warnings.append(w)
+        result.dropped = _drop(store, live, result)
+        phases.done("drop")
+        result.seconds = time.monotonic() - t0
+        return result
 
 
 def _drop(store: Store, gen: str, result: RebuildResult) -> bool:

@@ -924,6 +924,8 @@ class Store:
             f"coalesce(sha256({c}), ''::bytea)" if c != "params" else
             "coalesce(sha256(convert_to(params, 'UTF8')), ''::bytea)" for c in MASKED)
         body = f", sha256(string_agg(b, ''::bytea {order}))" if bodies else ""
+        if not any(end > 0 for end in bounds.values()):
+            return {}, {} if bodies else None  # nothing below the bounds: no scan
         where, args = "log_offset < (%s::bigint[])[log_partition + 1]", [_bounds_array(bounds)]
         if since:
             # A range of the primary key per partition: a tail is read through the index,

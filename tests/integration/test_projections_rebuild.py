@@ -206,18 +206,24 @@ def test_a_bulk_rebuild_flags_the_same_event_id_duplicates_as_the_live_projector
 
 
 def _during_the_rebuild(monkeypatch, action):
-    """Run ``action`` after the rebuild's bulk load, before its live lock: after the live
-    generation's early positions were read, so what the live projector adds meanwhile is
-    compared in the tail, under the lock."""
-    from projections.store import Store
+    """Run ``action`` once the rebuild has read the live generation's early positions and
+    before it takes the live lock (at its first early summary), so what the live projector
+    adds meanwhile is compared in the tail, under the lock."""
+    import threading
 
-    build = Store.create_indexes
+    import projections.rebuild as rebuild_module
 
-    def create_indexes(self, gen):
-        action()
-        return build(self, gen)
+    summarise, once = rebuild_module.summarise_apart, threading.Lock()
+    done = []
 
-    monkeypatch.setattr(Store, "create_indexes", create_indexes)
+    def summarise_apart(*args, **kwargs):
+        with once:
+            if not done:
+                action()
+                done.append(True)
+        return summarise(*args, **kwargs)
+
+    monkeypatch.setattr(rebuild_module, "summarise_apart", summarise_apart)
 
 
 def test_rows_the_live_projector_adds_during_a_rebuild_are_compared_under_the_lock(
