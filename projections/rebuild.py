@@ -241,17 +241,14 @@ class _OnThread:
         except BaseException as e:  # raised by result(), in the caller's thread
             self._got["error"] = e
 
-    def join(self) -> None:
-        self._thread.join()
-
     def result(self) -> Any:
-        self.join()
+        self._thread.join()
         if "error" in self._got:
             raise self._got["error"]
         return self._got["value"]
 
 
-Summaries = tuple[dict[str, StreamSummary], "dict[str, bytes] | None"]
+Summaries = tuple[dict[str, StreamSummary], dict[str, bytes] | None]
 """``Store.summaries``' answer: per stream the summary, and the served bodies' digest or None."""
 
 SUMMARY_PARTS = max(1, (os.cpu_count() or 2) // 2)
