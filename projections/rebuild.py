@@ -282,21 +282,20 @@ def summarise_apart(cfg: ProjectorConfig, gen: str, bounds: Mapping[int, int], b
 
 def summarise_both(store: Store, live: str, rebuilt: str, bounds: Mapping[int, int],
                    bodies: bool, since: Mapping[int, int] | None = None
-                   ) -> tuple[tuple[dict, dict], tuple[dict, dict] | None]:
-    """``((live, rebuilt) stream summaries, (live, rebuilt) body summaries or None)`` of the
-    rows below ``bounds`` (from ``since``), each generation scanned once, side by side: the
-    live one on a connection of its own (its rows are committed, and the caller holds the
-    live lock, so no batch adds to them), the rebuilt one on ``store``'s, inside the caller's
-    transaction, which holds its last rows. On a 2-core machine one after the other this
-    was a third of a rebuild beside a full live generation."""
+                   ) -> tuple[Summaries, Summaries]:
+    """The live and the rebuilt generation's summaries of the rows below ``bounds`` (from
+    ``since``), each generation scanned once, side by side: the live one on a connection of
+    its own (its rows are committed, and the caller holds the live lock, so no batch adds to
+    them), the rebuilt one on ``store``'s, inside the caller's transaction, which holds its
+    last rows. On a 2-core machine one after the other this was a third of a rebuild beside
+    a full live generation."""
     theirs = _OnThread(lambda: summarise_apart(store.cfg, live, bounds, bodies, since=since),
                        "summarise-live")
     try:
         mine = store.summaries(rebuilt, bounds, bodies, since=since)
     finally:
         got = theirs.result()
-    return ((got[0], mine[0]),
-            (got[1], mine[1]) if bodies else None)
+    return got, mine
 
 
 _ABSENT = bytes(32)
@@ -450,10 +449,10 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             bounds = _reach_live(store, live, reader, writer, cfg)
             cp_bounds = _reach_live(store, live, cp_reader, cp_writer, cfg)
             er_bounds = _reach_live(store, live, er_reader, er_writer, cfg)
-            (live_tail, rebuilt_tail), body_tails = summarise_both(store, live, gen, bounds,
-                                                                   same_policy, since=early)
-            a, a_body = joined(live_early, (live_tail, body_tails and body_tails[0]))
-            b, b_body = joined(rebuilt_early, (rebuilt_tail, body_tails and body_tails[1]))
+            live_tail, rebuilt_tail = summarise_both(store, live, gen, bounds, same_policy,
+                                                     since=early)
+            a, a_body = joined(live_early, live_tail)
+            b, b_body = joined(rebuilt_early, rebuilt_tail)
             sums, bodies = (a, b), ((a_body, b_body) if same_policy else None)
             streams, diffs = compare_generations(store, live, gen, bounds, cp_bounds, er_bounds,
                                                  summaries=sums)
