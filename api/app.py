@@ -55,6 +55,7 @@ from .limits import BodyLimitMiddleware
 from .metrics import ApiMetrics, MetricsMiddleware
 from .responses import error_response
 from .routers import ROUTERS
+from .watch import HeadWatch
 
 __all__ = ["create_app", "app_from_env"]
 
@@ -98,10 +99,15 @@ def app_from_env() -> FastAPI:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     db: Database = app.state.db
+    watch: HeadWatch | None = app.state.watch
     await db.open()
+    if watch is not None:
+        await watch.open()
     try:
         yield
     finally:
+        if watch is not None:
+            await watch.close()
         app.state.producer.close()
         await db.close()
 
@@ -120,6 +126,9 @@ def create_app(settings: Settings) -> FastAPI:
                             timeout=settings.db_timeout,
                             statement_timeout_ms=settings.statement_timeout_ms)
     app.state.metrics = ApiMetrics()
+    # GET /streams/{s}?after_seq=&wait_ms=: one listening connection a process, when on.
+    app.state.watch = (HeadWatch(settings.database_url, settings.views_schema)
+                       if settings.max_wait_ms > 0 else None)
     app.state.producer = CheckpointProducer(settings.kafka_bootstrap, settings.topic_prefix,
                                             settings.kafka_timeout)
     # The last added runs first: metrics see every answer, the body limits' 413s included.

@@ -25,6 +25,8 @@
     EVIDENCE_API_HEADER_TIMEOUT  seconds a request head may take to arrive (default 10)
     EVIDENCE_API_KEEP_ALIVE_TIMEOUT  seconds an idle keep-alive connection stays open (5)
     EVIDENCE_API_MAX_HEADER_BYTES  largest request head, line and headers (default 16 KiB)
+    EVIDENCE_API_MAX_WAIT_MS     longest ``GET /streams/{s}?after_seq=&wait_ms=`` waits for the
+                                 head to move, whatever it asks (default 5000; 0: never waits)
     EVIDENCE_LOG_NAME            the log's (and its key's) name (default
                                  ``evidence-store.local/log``)
     EVIDENCE_LOG_VERIFIER_KEY_FILE  the log's note verifier key (``GET /log/key``, and what
@@ -248,6 +250,7 @@ class Settings:
     header_timeout: float = 10.0
     keep_alive_timeout: float = 5.0
     max_header_bytes: int = 16 << 10
+    max_wait_ms: int = 5_000
     log_name: str = DEFAULT_LOG_NAME
     log_key: VerifierKey | None = None
     witness_keys: tuple[VerifierKey, ...] = ()
@@ -262,6 +265,8 @@ class Settings:
         if not _SCHEMA_RE.fullmatch(self.views_schema):
             raise ApiConfigError(f"views schema {self.views_schema!r} is not a plain lowercase "
                               f"PostgreSQL identifier (letters, digits, underscore)")
+        if self.max_wait_ms < 0:
+            raise ApiConfigError(f"max_wait_ms must be at least 0, not {self.max_wait_ms}")
         if not 1 <= self.pool_min <= self.pool_max:
             raise ApiConfigError(f"pool sizes must satisfy 1 <= min ({self.pool_min}) "
                               f"<= max ({self.pool_max})")
@@ -292,6 +297,7 @@ class Settings:
             header_timeout=_float(env, "EVIDENCE_API_HEADER_TIMEOUT", 10.0),
             keep_alive_timeout=_float(env, "EVIDENCE_API_KEEP_ALIVE_TIMEOUT", 5.0),
             max_header_bytes=_int(env, "EVIDENCE_API_MAX_HEADER_BYTES", 16 << 10, low=1024),
+            max_wait_ms=_int(env, "EVIDENCE_API_MAX_WAIT_MS", 5_000, low=0),
             log_name=env.get("EVIDENCE_LOG_NAME", "") or DEFAULT_LOG_NAME,
             log_key=load_log_key(env),
             witness_keys=load_witness_keys(env),

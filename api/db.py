@@ -153,6 +153,7 @@ class Database:
             "meta_page": f"select {cols} {page}",
             "full_page": f"select {cols}, {', '.join(BYTES_COLUMNS)} {page}",
             "head": f"select {', '.join(HEAD_COLUMNS)} from {v}.heads where stream = %s",
+            "head_seq": f"select seq from {v}.heads where stream = %s",
             "findings": f"select {', '.join(FINDING_COLUMNS)} from {v}.findings "
                         f"where stream = %s order by id limit %s",
             "findings_count": f"select count(*) from {v}.findings where stream = %s",
@@ -338,6 +339,11 @@ class Database:
 
     async def head(self, stream: str) -> tuple[Any, ...] | None:
         return await self._one("head", self._q["head"], (stream,))
+
+    async def head_seq(self, stream: str) -> int | None:
+        """The head's seq of ``stream``; None when it has no records."""
+        row = await self._one("head", self._q["head_seq"], (stream,))
+        return None if row is None else row[0]
 
     async def findings(self, stream: str, limit: int) -> tuple[list[tuple[Any, ...]], int]:
         """The projector's first ``limit`` findings for ``stream`` and how many there are."""

@@ -9,6 +9,7 @@ several resources share.
     Admin         the caller's key, which must have the admin role (403 otherwise)
     Keys          the key store (``server.keystore.from_env`` of ``Settings.key_store_env``,
                   made on first use); 503 when none is configured
+    Watch         the app's :class:`~api.watch.HeadWatch` (None when waits are off)
     StreamId, Seq, IncludeBytes   path and query parameters of more than one route
 
 Nothing here holds a connection or a key of its own, so a handler can be tested alone: mount
@@ -32,10 +33,12 @@ from .db import Database
 from .errors import Forbidden, NotFound, Unauthorized, Unavailable
 from .metrics import ApiMetrics
 from .models import MAX_SEQ, STREAM_PATTERN
+from .watch import HeadWatch
 
 __all__ = [
     "Admin", "BearerKey", "Caller", "Config", "Db", "IncludeBytes", "Keys", "Metrics", "Seq",
-    "StreamId", "get_db", "get_key_store", "get_metrics", "get_settings", "not_found",
+    "StreamId", "Watch", "get_db", "get_key_store", "get_metrics", "get_settings", "get_watch",
+    "not_found",
 ]
 
 
@@ -69,6 +72,10 @@ async def get_settings(request: Request) -> Settings:
 
 async def get_metrics(request: Request) -> ApiMetrics:
     return request.app.state.metrics
+
+
+async def get_watch(request: Request) -> HeadWatch | None:
+    return getattr(request.app.state, "watch", None)
 
 
 async def get_key_store(request: Request) -> KeyStore:
@@ -107,6 +114,7 @@ Keys = Annotated[KeyStore, Depends(get_key_store)]
 Db = Annotated[Database, Depends(get_db)]
 Config = Annotated[Settings, Depends(get_settings)]
 Metrics = Annotated[ApiMetrics, Depends(get_metrics)]
+Watch = Annotated[HeadWatch | None, Depends(get_watch)]
 
 StreamId = Annotated[str, Path(pattern=STREAM_PATTERN, description="stream id")]
 Seq = Annotated[int, Path(ge=1, le=MAX_SEQ)]

@@ -48,7 +48,7 @@ import time
 import uuid
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -342,6 +342,7 @@ class GenerationWriter:
         # A rebuild's bulk load (projections.bulk) while set: batches are folded here and
         # written by its thread.
         self.bulk: Any = None
+        self._notify_warned: float | None = None  # when notify_failed was last logged
 
     def seek_to_stored(self) -> None:
         stored = self.store.positions(self.generation, self.reader.topic)
@@ -389,6 +390,8 @@ class GenerationWriter:
             return 0
         self._last_write = now
         self.expected = dict(folded.next_offsets)
+        if self.follow_live and folded.heads:
+            self._notify(folded.heads)
         m = self.metrics
         if batch.messages:
             m.batch_seconds.observe(time.perf_counter() - t0)
@@ -400,6 +403,17 @@ class GenerationWriter:
         m.lag.set(sum(max(0, watermarks.get(p, 0) - o) for p, o in self.expected.items()))
         self.records += len(folded.rows)
         return len(folded.rows)
+
+    def _notify(self, streams: Iterable[str]) -> None:
+        # Best effort (projections.notify): the batch is committed whatever happens here; a
+        # failure is logged once a minute at most, and waiters fall back to re-reading.
+        try:
+            self.store.notify_heads(streams)
+        except StoreError as e:
+            now = time.monotonic()
+            if self._notify_warned is None or now - self._notify_warned >= 60.0:
+                self._notify_warned = now
+                log("warning", "notify_failed", generation=self.generation, error=str(e))
 
 
 class CheckpointWriter(GenerationWriter):

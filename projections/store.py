@@ -48,6 +48,7 @@ from .config import ProjectorConfig
 from .errors import GenerationChanged, PositionsMoved, StoreError
 from .fastrows import COPY_SIGNATURE, COPY_TRAILER
 from .fold import Folded, Message, ProjectedHead, Record, fold, row_event_key, sightings
+from .notify import heads_channel, payload as notice
 from .rows import RECORD_COLUMNS, RECORD_TYPES
 
 __all__ = ["GenerationInfo", "Store", "StreamSummary", "is_transient", "next_positions"]
@@ -302,6 +303,13 @@ class Store:
             return dict(self.conn.execute(
                 f'select partition, next_offset from "{gen}".positions where topic = %s',
                 (topic,)).fetchall())
+
+    def notify_heads(self, streams: Iterable[str]) -> None:
+        """After a live batch committed: tell the API's waiters which heads moved (see
+        :mod:`projections.notify`; a statement of its own, never inside a batch)."""
+        with self._errors("notify heads"):
+            self.conn.execute("select pg_notify(%s, %s)",
+                              (heads_channel(self.cfg.views_schema), notice(streams)))
 
     # -- heartbeat ---------------------------------------------------------------------------
 

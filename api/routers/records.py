@@ -1,7 +1,8 @@
 """Streams and their records: what the key may read, by stream, seq or event id.
 
     GET /streams                          streams the key may read, keyset-paged
-    GET /streams/{stream}                 head seq/digest, record count, findings
+    GET /streams/{stream}                 head seq/digest, record count, findings; with
+                                          ?after_seq=N&wait_ms=M, once the head passes N
     GET /streams/{stream}/records         records by seq, keyset-paged (after_seq)
     GET /streams/{stream}/records/{seq}   one record
     GET /events/{event_id}                one record by capture id
@@ -22,15 +23,16 @@ from fastapi import APIRouter, Path, Query
 
 from evidence_contract import valid_event_id
 
-from ..deps import Caller, Db, IncludeBytes, Seq, StreamId, not_found
+from ..deps import Caller, Config, Db, IncludeBytes, Seq, StreamId, Watch, not_found
 from ..errors import Erased, InvalidRequest
 from ..models import (
     EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage,
     StreamDetail, StreamList, erased_of, finding_dict, head_dict, record_dict,
 )
 from ..responses import ERASED, ERRORS
+from ..watch import wait_past
 
-__all__ = ["BYTES_PAGE_MAX", "get_event", "get_record", "get_stream", "list_records",
+__all__ = ["BYTES_PAGE_MAX", "WAIT_MS_MAX", "get_event", "get_record", "get_stream", "list_records",
            "list_streams", "router"]
 
 router = APIRouter(tags=["records"], responses=ERRORS)
@@ -40,6 +42,10 @@ BYTES_PAGE_MAX = 100
 each may carry megabytes of bodies. The cursor still covers every record."""
 
 Limit = Annotated[int, Query(ge=1, le=1000)]
+
+WAIT_MS_MAX = 30_000
+"""The longest ``wait_ms`` a request may ask for; the server waits at most
+``Settings.max_wait_ms`` of it."""
 
 
 @router.get("/streams", response_model=StreamList, summary="Streams this key may read")
@@ -57,9 +63,22 @@ async def list_streams(
 
 @router.get("/streams/{stream}", response_model=StreamDetail,
             summary="A stream's head, record count and findings")
-async def get_stream(stream: StreamId, key: Caller, db: Db) -> dict[str, Any]:
+async def get_stream(
+    stream: StreamId, key: Caller, db: Db, settings: Config, watch: Watch,
+    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description=(
+        "with `wait_ms`: answer once the head's seq is past this one"))] = None,
+    wait_ms: Annotated[int, Query(ge=0, le=WAIT_MS_MAX, description=(
+        "with `after_seq`: wait up to this long (ms; never longer than the server's "
+        "EVIDENCE_API_MAX_WAIT_MS, 5000 by default) for the head to pass it"))] = 0,
+) -> dict[str, Any]:
+    """With `after_seq` and `wait_ms`, a long poll: the answer comes as soon as the head's
+    seq is past `after_seq`, or when the wait is over with the head as it is then (compare
+    `head_seq`); a stream with no records is answered at once (404). Without them, at once."""
     if not key.scope.allows(stream):
         raise not_found(f"stream {stream}")
+    wait_s = min(wait_ms, settings.max_wait_ms) / 1000
+    if after_seq is not None and wait_s > 0 and watch is not None:
+        await wait_past(watch, stream, after_seq, wait_s, db.head_seq)
     head, findings, count = await db.stream(stream, FINDINGS_SHOWN)
     if head is None:
         raise not_found(f"stream {stream}")

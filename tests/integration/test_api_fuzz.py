@@ -56,6 +56,7 @@ def api_url(database_url):
                 rm.add_checkpoint(stream, LOG)
         settings = Settings(database_url, Keyring([("fuzz", KEY, ["*"])]),
                             views_schema=rm.views, max_lag=10**9, log_key=LOG.verifier,
+                            max_wait_ms=50,  # the long poll is fuzzed too, briefly
                             witness_keys=(WITNESS.verifier,))
         with serve_api(settings) as url:
             yield url

@@ -41,6 +41,9 @@ def test_views_schema_and_numbers_from_env():
                               EVIDENCE_PG_VIEWS_SCHEMA="tv_abc", EVIDENCE_API_MAX_LAG="5",
                               EVIDENCE_API_POOL_MIN="1", EVIDENCE_API_POOL_MAX="3"))
     assert (s.views_schema, s.max_lag, s.pool_min, s.pool_max) == ("tv_abc", 5, 1, 3)
+    assert s.max_wait_ms == 5_000
+    assert Settings.from_env(env(EVIDENCE_API_KEY=K, EVIDENCE_API_KEY_STREAMS="*",
+                                 EVIDENCE_API_MAX_WAIT_MS="0")).max_wait_ms == 0
 
 
 def test_keys_file_adds_named_keys(tmp_path):
@@ -79,6 +82,10 @@ def test_dev_key_and_keys_file_combine(tmp_path):
       "EVIDENCE_API_MAX_VERIFY_BYTES": "0"}, "must be at least 1"),
     ({"EVIDENCE_API_KEY": K, "EVIDENCE_API_KEY_STREAMS": "*",
       "EVIDENCE_API_HEADER_TIMEOUT": "inf"}, "positive number of seconds"),
+    ({"EVIDENCE_API_KEY": K, "EVIDENCE_API_KEY_STREAMS": "*",
+      "EVIDENCE_API_MAX_WAIT_MS": "-1"}, "EVIDENCE_API_MAX_WAIT_MS=-1 must be at least 0"),
+    ({"EVIDENCE_API_KEY": K, "EVIDENCE_API_KEY_STREAMS": "*",
+      "EVIDENCE_API_MAX_WAIT_MS": "5s"}, "EVIDENCE_API_MAX_WAIT_MS='5s' is not an integer"),
 ])
 def test_bad_settings_say_what_to_fix(variables, words):
     with pytest.raises(ApiConfigError, match=words):

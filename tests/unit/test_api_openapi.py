@@ -7,7 +7,9 @@ like the other record routes (it was ignored before); and the hostile-input tigh
 two body routes document 408 and 413 (api.limits), the verify body's ids and seq are strict
 (patterns, minimum, no null-or-anything) with its two either/or rules as ``oneOf``, and the
 event and content-key path parameters carry their patterns. Issue 12 added the verifiable
-log's routes (checkpoint, proofs, log key, cosignatures) and their three schemas.
+log's routes (checkpoint, proofs, log key, cosignatures) and their three schemas. Issue 14
+added the long poll on a stream's head: ``GET /streams/{stream}`` takes ``?after_seq`` and
+``?wait_ms``.
 """
 
 import pytest
@@ -30,7 +32,8 @@ OPERATIONS = [
     ("GET", "/streams", "list_streams_streams_get", ["records"], ("query:after", "query:limit"),
      {"200": "StreamList", **GUARDED}, True),
     ("GET", "/streams/{stream}", "get_stream_streams__stream__get", ["records"],
-     ("path:stream",), {"200": "StreamDetail", **GUARDED}, True),
+     ("path:stream", "query:after_seq", "query:wait_ms"), {"200": "StreamDetail", **GUARDED},
+     True),
     ("GET", "/streams/{stream}/records", "list_records_streams__stream__records_get",
      ["records"], ("path:stream", "query:after_seq", "query:include", "query:limit"),
      {"200": "RecordPage", **GUARDED}, True),
