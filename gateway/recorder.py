@@ -31,7 +31,10 @@ letting calls go unrecorded with a log line.
 Durability and order. Every capture is written ahead: the sender thread appends it to the
 Recorder's own spool and fsyncs (one fsync per batch of captures: group commit) before the
 call that made it returns to the application (at most ``durable_timeout_ms``), and only then
-produces it. Kafka's acknowledgement gives it up: the spool's delivered prefix is
+produces it. An idle sender waits on the queue, so a capture is taken the moment it is
+submitted; one that arrives within ``group_commit_ms`` (default 2) of the last fsync waits
+that long for more to share the next one, so under load a gateway makes at most a few hundred
+fsyncs a second, not one a capture. Kafka's acknowledgement gives it up: the spool's delivered prefix is
 acknowledged at most every 100 ms. So a process killed at any moment has lost no capture of
 a call that returned: its spool is an orphan that a live Recorder adopts and resends (a
 capture sent twice is absorbed by the writer, by event id). The spool is the one order of a
@@ -252,6 +255,7 @@ class Recorder:
         max_pending: int = 100_000,
         max_verbatim_bytes: int = DEFAULT_MAX_VERBATIM_BYTES,
         durable_timeout_ms: int = 5_000,
+        group_commit_ms: float = 2.0,
         orphan_scan_s: float = 10.0,
         close_timeout: float = 30.0,
         producer_config: dict[str, Any] | None = None,
@@ -278,6 +282,10 @@ class Recorder:
                 raise ConfigError(f"{name} must be a positive int, not {value!r}")
         if close_timeout < 0:
             raise ConfigError("close_timeout must be >= 0")
+        if (not isinstance(group_commit_ms, (int, float)) or isinstance(group_commit_ms, bool)
+                or not 0 <= group_commit_ms <= 1000):
+            raise ConfigError(f"group_commit_ms must be a number of ms from 0 to 1000, "
+                              f"not {group_commit_ms!r}")
         if orphan_scan_s <= 0:
             raise ConfigError("orphan_scan_s must be > 0")
         if content_policy not in CONTENT_POLICIES:
@@ -309,6 +317,7 @@ class Recorder:
         self.max_block_ms = max_block_ms
         self.max_verbatim_bytes = max_verbatim_bytes
         self.durable_timeout_ms = durable_timeout_ms
+        self.group_commit_ms = group_commit_ms
         self.orphan_scan_s = orphan_scan_s
         self.close_timeout = close_timeout
         self._close_timeout = close_timeout  # what the running close() was given
@@ -340,6 +349,7 @@ class Recorder:
         self._backoff = _BACKOFF_MIN
         self._next_resend = 0.0
         self._last_ack = 0.0
+        self._last_append = float("-inf")  # monotonic end of the last spool append
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -539,8 +549,11 @@ class Recorder:
             self._shutdown_quietly()
 
     def _step(self, idle_wait: float) -> None:
-        took = self._take_new()
-        self._producer.poll(0 if took else idle_wait)
+        # With deliveries to wait for, the producer's poll is where an idle sender waits
+        # (callbacks come soon); with none, the queue is, and a submit wakes it at once.
+        waiting = self._inflight > 0 or self._orphan_resend is not None
+        took = self._take_new(0.0 if waiting or self._stopping.is_set() else idle_wait)
+        self._producer.poll(0 if took or not waiting else idle_wait)
         self._after_callbacks()
         self._ack(force=False)
         self._maybe_adopt()
@@ -549,15 +562,32 @@ class Recorder:
         else:
             self._send_own()
 
-    def _take_new(self) -> int:
-        batch: list[tuple[Exchange, Durable]] = []
+    def _take_new(self, wait: float = 0.0) -> int:
+        """Take what the application submitted (waiting up to ``wait`` s for the first),
+        make it durable with one fsync and track it; returns how many were taken. Right
+        after an append, a batch waits up to ``group_commit_ms`` for more to join it."""
+        q = self._queue
+        try:
+            batch = [q.get(timeout=wait) if wait > 0 else q.get_nowait()]
+        except queue.Empty:
+            return 0
+        linger = self.group_commit_ms / 1000
+        until = None
+        if linger > 0 and not self._stopping.is_set():
+            now = time.monotonic()
+            if now - self._last_append < linger:
+                until = now + linger
         while len(batch) < _TAKE_BATCH:
             try:
-                batch.append(self._queue.get_nowait())
+                batch.append(q.get_nowait())
             except queue.Empty:
-                break
-        if not batch:
-            return 0
+                left = until - time.monotonic() if until is not None else 0.0
+                if left <= 0:
+                    break
+                try:
+                    batch.append(q.get(timeout=left))
+                except queue.Empty:
+                    break
         entries = [e for e in (self._encode(ex) for ex, _ in batch) if e is not None]
         self._append(entries)
         for _, durable in batch:
@@ -624,6 +654,7 @@ class Recorder:
         assert self._spool is not None
         try:
             self._spool.append_many([(e.key, e.value) for e in entries])
+            self._last_append = time.monotonic()
         except SpoolError:
             # The disk refuses (full, gone): these captures can only be sent from memory.
             self.metrics.add("unspooled", len(entries))

@@ -402,3 +402,89 @@ def test_the_async_client_waits_for_the_disk_without_blocking_the_loop(tmp_path)
     assert asyncio.run(main()) > 0
     assert len(scan(tmp_path / "spool")) == 10
     r.close(timeout=0.2)
+
+
+# -- group commit, and an idle sender woken by a submit -----------------------------------------
+
+def test_group_commit_ms_is_checked(tmp_path):
+    for bad in (-1, 1000.5, "2", True, None):
+        with pytest.raises(ConfigError, match="group_commit_ms"):
+            Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path, group_commit_ms=bad)
+    assert Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path).group_commit_ms == 2.0
+
+
+class _Sender:
+    """A Recorder whose sender steps are driven by the test (no sender thread), with the
+    spool's appends (each one fsync) counted."""
+
+    def __init__(self, tmp_path: Path, **kwargs: Any) -> None:
+        self.recorder = r = _recorder(tmp_path, FakeProducer(), **kwargs)
+        r._spool = new_spool(r.spool_dir)
+        self.appends: list[int] = []
+        append_many = r._spool.append_many
+        r._spool.append_many = lambda items: (self.appends.append(len(items)),
+                                              append_many(items))[1]
+
+    def submit(self) -> None:
+        """What ``Recorder.submit`` queues, without starting a sender thread."""
+        from evidence_client.capture import Exchange
+        from evidence_client.recorder import Durable
+        from evidence_contract import content_key, now_micros
+
+        t = now_micros()
+        ex = Exchange(stream="acme:unit", request_policy="VALUE", content_key=content_key(b"{}"),
+                      request_bytes=b"{}", url="https://api.openai.com/v1/chat/completions",
+                      host="api.openai.com", path="/v1/chat/completions", started_at=t - 1,
+                      finished_at=t, duration_us=1, status=200, content_type="application/json",
+                      chunks=[b'{"choices":[]}'], eof=True)
+        self.recorder._queue.put((ex, Durable(1.0, self.recorder.metrics)))
+
+    def submit_later(self, delay: float) -> Any:
+        import threading
+
+        t = threading.Thread(target=lambda: (time.sleep(delay), self.submit()), daemon=True)
+        t.start()
+        return t
+
+
+def test_right_after_an_append_a_batch_waits_for_more_to_share_its_fsync(tmp_path):
+    s = _Sender(tmp_path, group_commit_ms=1000)
+    r = s.recorder
+    s.submit()
+    assert r._take_new() == 1  # idle before: taken and fsync'd at once
+    s.submit()
+    later = s.submit_later(0.1)  # arrives well within the 1 s window
+    assert r._take_new() == 2  # one fsync for both
+    later.join()
+    assert s.appends == [1, 2]
+
+
+def test_without_a_recent_append_or_with_group_commit_off_nothing_waits(tmp_path):
+    for kwargs, recent in (({"group_commit_ms": 1000}, False), ({"group_commit_ms": 0}, True)):
+        s = _Sender(tmp_path / str(recent), **kwargs)
+        r = s.recorder
+        r._last_append = time.monotonic() - (0 if recent else 5.0)
+        s.submit()
+        later = s.submit_later(0.3)
+        assert r._take_new() == 1  # did not wait for the second
+        later.join()
+        assert r._take_new() == 1
+        assert s.appends == [1, 1]
+
+
+def test_an_idle_sender_waits_on_the_queue_and_a_submit_wakes_it(tmp_path):
+    s = _Sender(tmp_path)
+    r = s.recorder
+    import threading
+
+    later = s.submit_later(0.1)
+    # Nothing in flight: the step waits on the queue (here up to 60 s), not in the
+    # producer's poll; the submit ends the wait, and the capture is durable and produced.
+    step = threading.Thread(target=r._step, args=(60.0,), daemon=True)
+    step.start()
+    step.join(20)
+    later.join()
+    assert not step.is_alive() and s.appends == [1]
+    assert r._inflight == 1
+    r._step(0.0)  # the delivery report
+    assert r._inflight == 0 and r.metrics.snapshot()["delivered"] == 1
