@@ -41,6 +41,45 @@ def test_new_event_id_is_canonical_uuid7():
         assert valid_event_id(s)
 
 
+def test_new_event_ids_carry_the_clock_and_sort_in_the_order_made(monkeypatch):
+    import time
+
+    from evidence_contract import model
+
+    now = time.time_ns()
+    ids = [new_event_id() for _ in range(20_000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    ms = int(ids[0].replace("-", "")[:12], 16)
+    assert abs(ms - now // 1_000_000) < 60_000
+    assert {uuid.UUID(i).variant for i in ids} == {uuid.RFC_4122}
+    # A clock stepped back (and standing still) still gives ids that sort after the last
+    # and in order: each takes the next tick, 4096 to a millisecond; the random part differs.
+    monkeypatch.setattr(model.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    frozen = [new_event_id() for _ in range(5000)]
+    assert ids[-1] < frozen[0] and frozen == sorted(frozen) and len(set(frozen)) == 5000
+    last_ms = int(ids[-1].replace("-", "")[:12], 16)
+    assert int(frozen[-1].replace("-", "")[:12], 16) - last_ms <= 2  # 5000 ticks: ~1.2 ms
+
+
+def test_a_forked_child_does_not_repeat_its_parents_ids():
+    import os
+
+    new_event_id()  # the parent holds unused random bytes now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, "".join(new_event_id() for _ in range(4)).encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 4096).decode()
+    os.waitpid(pid, 0)
+    os.close(read)
+    parent = "".join(new_event_id() for _ in range(4))
+    rand = lambda text: {text[i + 24:i + 36] for i in range(0, len(text), 36)}  # noqa: E731
+    assert len(child) == 4 * 36 and not rand(child) & rand(parent)
+
+
 def test_valid_event_id_rejects_non_canonical():
     good = "017f22e2-79b0-7cc3-98c4-dc0c0c07398f"
     assert valid_event_id(good)
