@@ -36,7 +36,7 @@ from evidence_client import Recorder
 from evidence_client.capture import Exchange
 from evidence_contract import content_key, now_micros
 
-from bench.services import cpu_seconds
+from bench.services import cpu_seconds, host_ticks, steal_pct
 
 
 def _exchange(stream: str, i: int, response: bytes) -> Exchange:
@@ -138,7 +138,8 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     """One rate; see the module docstring. ``cpu_pids`` (a name per process tree: writer,
     projector, api, kafka, postgres) adds ``cpu_us_per_capture``: what each used from the
     gateways' start to the end of the settle, per capture sent, beside the gateways' own and
-    the poller's, and ``cores_busy``, all of it over that wall time: the machine's demand."""
+    the poller's, and ``cores_busy``, all of it over that wall time: the machine's demand;
+    ``steal_pct``, how much of the cores' time over it the hypervisor gave to other guests."""
     gateways = max(1, math.ceil(rate / PER_GATEWAY))
     per = rate / gateways
     n = max(1, int(per * seconds))  # per gateway
@@ -160,6 +161,7 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     sent: dict[str, tuple[list[float], list[int], float]] = {}
     seen: dict[str, list[tuple[float, int]]] = {}
     gateway_cpu, wall = 0.0, float("nan")
+    host0 = host1 = None
     cpu0: dict[str, float | None] = {}
     cpu1: dict[str, float | None] = {}
     try:
@@ -167,7 +169,7 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
         for _ in procs:
             made.get(timeout=60)  # each gateway's Recorder is up
         time.sleep(max(0.0, start_at - time.time()))
-        wall0 = time.monotonic()
+        wall0, host0 = time.monotonic(), host_ticks()
         cpu0 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
         for _ in procs:
             stream, times, wall_us, offered_s, used = made.get(timeout=seconds * 10 + 120)
@@ -175,7 +177,7 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
             gateway_cpu += used
         poller.join(settle_s)
         cpu1 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
-        wall = time.monotonic() - wall0
+        wall, host1 = time.monotonic() - wall0, host_ticks()
     finally:
         stop.set()
         poller_cpu = None
@@ -217,7 +219,7 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     if cpu_pids:
         cpu = {"cpu_us_per_capture": {k: round(v / total * 1e6, 1) for k, v in used.items()},
                "cores_busy": round(sum(used.values()) / wall, 2),
-               "cpu_window_s": round(wall, 1)}
+               "cpu_window_s": round(wall, 1), "steal_pct": steal_pct(host0, host1)}
     return {**cpu, "rate_offered": rate, "rate_achieved": round(total / offered_s, 1),
             "gateways": gateways, "captures": total,
             "visible": len(lat_ms), "p50_ms": round(_percentile(lat_ms, 0.50), 1),

@@ -23,7 +23,11 @@ def markdown(r: dict[str, Any]) -> str:
              f"{m['os']}, Python {m['python']}. Load average at start: {m['loadavg']}.", "",
              f"Run: {'QUICK' if cfg['quick'] else 'full'}, {cfg['captures']:,} captures of "
              f"{cfg['response_bytes']} B responses over {cfg['streams']} streams, "
-             f"{cfg['partitions']} partitions; wall time {r.get('wall_s', 0):.0f} s.", "",
+             f"{cfg['partitions']} partitions; wall time {r.get('wall_s', 0):.0f} s."
+             + (f" CPU steal over the run: {r['steal_pct']}% of the cores' time (what the "
+                "hypervisor gave to other guests on the host: a run with much of it is slower "
+                "throughout; each section says how much its timed parts had)."
+                if r.get("steal_pct") is not None else ""), "",
              "## Ratios (same run) against targets", "",
              "| measure | value | baseline | ratio | target | met |", "|---|---|---|---|---|---|"]
     for t in r["targets"]:
@@ -31,16 +35,16 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{t['target']} | {'yes' if t['met'] else '**no**'} |")
     s = r["sealing"]
     lines += ["", "## 1. Sealing throughput", "",
-              "| what | records/s | seconds |", "|---|---|---|",
+              "| what | records/s | seconds | CPU steal % |", "|---|---|---|---|",
               f"| writer (validate, seal, chain, exactly-once txn) | {_fmt(s['writer']['records_per_s'])} "
-              f"| {s['writer']['seconds']} |"]
+              f"| {s['writer']['seconds']} | {_fmt(s['writer'].get('steal_pct'), 1)} |"]
     for p in s["plain_producer"]:
         lines.append(f"| plain idempotent producer, same bytes ({p['when']}) | "
-                     f"{_fmt(p['records_per_s'])} | {p['seconds']} |")
+                     f"{_fmt(p['records_per_s'])} | {p['seconds']} | {_fmt(p.get('steal_pct'), 1)} |")
     if s.get("eventsourcing"):
         e = s["eventsourcing"]
         lines.append(f"| eventsourcing PostgreSQL recorder, batches of {e['batch']} | "
-                     f"{_fmt(e['records_per_s'])} | {e['seconds']} |")
+                     f"{_fmt(e['records_per_s'])} | {e['seconds']} | – |")
     lines += ["", "## 2. Capture-to-queryable latency (Recorder → writer → projector → API)", "",
               "| offered/s | achieved/s | gateways | captures | visible | p50 ms | p95 ms | p99 ms | max ms | send → sealed p50 / p99 ms | sealed → visible p50 / p99 ms |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -65,21 +69,25 @@ def markdown(r: dict[str, Any]) -> str:
                   "start to the end of the settle), and the cores all of it kept busy over "
                   "that time; the machine has " + str(r.get("machine", {}).get("cores", "?"))
                   + " cores.", "",
-                  "| offered/s | " + " | ".join(names) + " | all | cores busy |",
-                  "|---|" + "---|" * (len(names) + 2)]
+                  "| offered/s | " + " | ".join(names) + " | all | cores busy | CPU steal % |",
+                  "|---|" + "---|" * (len(names) + 3)]
         for x in cpu_rows:
             c = x["cpu_us_per_capture"]
             lines.append(f"| {_fmt(x['rate_offered'])} | "
                          + " | ".join(str(c.get(k, "")) for k in names)
-                         + f" | {round(sum(c.values()), 1)} | {x['cores_busy']} |")
+                         + f" | {round(sum(c.values()), 1)} | {x['cores_busy']} | "
+                         f"{_fmt(x.get('steal_pct'), 1)} |")
     b = r["rebuild"]
+    steal = b.get("steal_pct") or {}
     lines += ["", "## 3. Projection rebuild", "",
-              "| what | records/s | seconds |", "|---|---|---|",
-              f"| rebuild from offset 0 (blue/green, checks, swap) | {_fmt(b['records_per_s'])} | {b['seconds']} |",
+              "| what | records/s | seconds | CPU steal % |", "|---|---|---|---|",
+              f"| rebuild from offset 0 (blue/green, checks, swap) | {_fmt(b['records_per_s'])} "
+              f"| {b['seconds']} | {_fmt(steal.get('rebuild'), 1)} |",
               f"| binary COPY of the same rows, unindexed table"
               + (f" (the faster of {' and '.join(f'{x} s' for x in b['copy_runs_seconds'])})"
                  if b.get("copy_runs_seconds") else "")
-              + f" | {_fmt(b['copy_rows_per_s'])} | {b['copy_seconds']} |"]
+              + f" | {_fmt(b['copy_rows_per_s'])} | {b['copy_seconds']} | "
+              + " and ".join(_fmt(steal.get(k), 1) for k in ("copy", "copy_again")) + " |"]
     if b.get("steps"):
         lines += ["", "The rebuild's steps (seconds): "
                   + ", ".join(f"{k} {v}" for k, v in b["steps"].items())

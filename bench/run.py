@@ -125,6 +125,7 @@ def seal(args: argparse.Namespace, settings: Any, messages: list[tuple[bytes, by
          scratch: list[str]) -> tuple[dict[str, Any], Any]:
     from bench.peer import eventsourcing_rate
     from bench.seal_rate import intake_end, start_writer, time_until_sealed
+    from bench.services import host_ticks, steal_pct
 
     n = len(messages)
     _say(f"preloading {n} captures into {settings.names.intake}")
@@ -134,8 +135,10 @@ def seal(args: argparse.Namespace, settings: Any, messages: list[tuple[bytes, by
 
     plain = []
     _say("baseline (a): plain idempotent producer, same bytes")
+    h0 = host_ticks()
     s = produce_all(args.bootstrap, scratch[0], messages)
-    plain.append({"when": "before the writer", "seconds": round(s, 2), "records_per_s": round(n / s)})
+    plain.append({"when": "before the writer", "seconds": round(s, 2), "records_per_s": round(n / s),
+                  "steal_pct": steal_pct(h0, host_ticks())})
 
     peer = None
     if not args.no_peer:
@@ -145,12 +148,16 @@ def seal(args: argparse.Namespace, settings: Any, messages: list[tuple[bytes, by
     _say("the writer")
     opts = {"transactional_id": f"{args.tag}-writer", "group_id": f"{args.tag}-writer"}
     writer = start_writer(args.bootstrap, settings, opts, args.profile)
+    h0 = host_ticks()  # from the writer's start: it seals from its assignment on
     t0, t1 = time_until_sealed(args.bootstrap, writer, opts["group_id"], ends, timeout=1800)
-    w = {"seconds": round(t1 - t0, 2), "records_per_s": round(n / (t1 - t0))}
+    w = {"seconds": round(t1 - t0, 2), "records_per_s": round(n / (t1 - t0)),
+         "steal_pct": steal_pct(h0, host_ticks())}
 
     _say("baseline (a) again, after the writer")
+    h0 = host_ticks()
     s = produce_all(args.bootstrap, scratch[1], messages)
-    plain.append({"when": "after the writer", "seconds": round(s, 2), "records_per_s": round(n / s)})
+    plain.append({"when": "after the writer", "seconds": round(s, 2), "records_per_s": round(n / s),
+                  "steal_pct": steal_pct(h0, host_ticks())})
     return {"writer": w, "plain_producer": plain, "eventsourcing": peer}, writer
 
 
@@ -218,7 +225,7 @@ def wait_settled(url: str, views: str, svc: Any, quiet_s: float = 3.0,
 
 def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     from bench.rebuild_rate import _copy_baseline
-    from bench.services import settle_disk
+    from bench.services import host_ticks, settle_disk, steal_pct
     from projections.rebuild import rebuild
     from projections.rows import record_row
     from tests.fixtures.writer import read_all
@@ -232,11 +239,14 @@ def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     before = gc.get_threshold()
     tune_gc()
     settled = {"rebuild": settle_disk(args.database_url)}
+    steal: dict[str, float | None] = {}
+    h0 = host_ticks()
     try:
         r = rebuild(cfg)
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+    steal["rebuild"] = steal_pct(h0, host_ticks())
     _say("reading the log for the COPY baseline")
     msgs = read_all(args.bootstrap, cfg.log_topic, timeout=600)
     rows = [record_row(m.value(), m.partition(), m.offset()) for m in msgs]
@@ -247,13 +257,15 @@ def rebuild_vs_copy(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     runs = []
     for name in ("copy", "copy_again"):
         settled[name] = settle_disk(args.database_url)
+        h0 = host_ticks()
         runs.append(_copy_baseline(args.database_url, f"{args.tag}_{name}", rows))
+        steal[name] = steal_pct(h0, host_ticks())
     copy_s = min(runs)
     return {"records": r.records, "seconds": round(r.seconds, 2), "steps": r.phases,
             "records_per_s": round(r.records / r.seconds), "copy_rows": len(rows),
             "copy_seconds": round(copy_s, 2), "copy_rows_per_s": round(len(rows) / copy_s),
             "copy_runs_seconds": [round(x, 2) for x in runs],
-            "settled": settled}
+            "settled": settled, "steal_pct": steal}
 
 
 def verify_vs_bare(args: argparse.Namespace, base: str, key: str, n: int,
@@ -365,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from bench.services import host_ticks, steal_pct
     from devstack import StackConfig, read_env
     from projections import ProjectorConfig
     from topics import TopicNames, TopicSettings, ensure_topics
@@ -376,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tag = f"bench{uuid.uuid4().hex[:8]}"
     started = datetime.now(timezone.utc)
     stem = args.stem or started.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
-    wall0 = time.monotonic()
+    wall0, host0 = time.monotonic(), host_ticks()
     settings = TopicSettings(names=TopicNames(args.tag), partitions=args.partitions)
     scratch = [f"{args.tag}.scratch-a", f"{args.tag}.scratch-b"]
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
@@ -480,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             writer.wait(120)
         result["peak_rss_mib"] = rss
         result["wall_s"] = round(time.monotonic() - wall0, 1)
+        result["steal_pct"] = steal_pct(host0, host_ticks())
         result["targets"] = _targets(result)
         from bench.report import write
 

@@ -9,6 +9,10 @@
 
 :func:`settle_disk` writes back what earlier sections left dirty before a timed one.
 
+:func:`host_ticks` and :func:`steal_pct` say how much of a timed part the hypervisor gave the
+machine's cores to other guests (``steal`` in ``/proc/stat``): on a shared cloud host a run
+where it is high is slower throughout, and the report says so beside each figure.
+
 ``peak_rss_mib(pid)`` reads ``VmHWM`` from ``/proc``: the kernel's own high-water mark of the
 resident set, so no sampling can miss a peak; :func:`children` finds the API's workers
 (a multi-worker API's own pid is the supervisor's).
@@ -97,6 +101,29 @@ def children(pid: int, marker: bytes = b"") -> list[int]:
         except OSError:
             pass
     return out
+
+
+def host_ticks() -> tuple[int, int] | None:
+    """(steal, all) clock ticks of the machine's cores so far, from ``/proc/stat``'s ``cpu``
+    line: ``all`` is user through steal (the guest times are inside user already); None
+    where there is no such file."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the cores' time between two :func:`host_ticks` readings that the
+    hypervisor gave to other guests, in percent (one decimal); None if unknown."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round(100 * (after[0] - before[0]) / (after[1] - before[1]), 1)
 
 
 def cpu_seconds(pid: int) -> float | None:

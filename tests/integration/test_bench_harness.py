@@ -48,6 +48,15 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert [v["concurrency"] for v in result["verify"]] == [1, 2]
     assert all(v["verify"]["errors"] == 0 and v["bare"]["errors"] == 0 for v in result["verify"])
     assert all(result["peak_rss_mib"][p] for p in ("writer", "projector", "api"))
+    # Each timed part says how much of the cores' time the hypervisor gave away over it.
+    steals = [result["steal_pct"], result["sealing"]["writer"]["steal_pct"],
+              *(p["steal_pct"] for p in result["sealing"]["plain_producer"]),
+              result["latency"][0]["steal_pct"], *result["rebuild"]["steal_pct"].values()]
+    # (None only for a part shorter than a clock tick, which the run and the rebuild are not)
+    assert len(steals) == 8 and all(x is None or 0.0 <= x <= 100.0 for x in steals)
+    assert result["steal_pct"] is not None and result["rebuild"]["steal_pct"]["rebuild"] is not None
+    assert set(result["rebuild"]["steal_pct"]) == {"rebuild", "copy", "copy_again"}
+    assert "CPU steal over the run" in (tmp_path / "t.md").read_text()
     names = {t["name"] for t in result["targets"]}
     assert {"sealing / plain producer", "sealing / eventsourcing", "rebuild / binary COPY",
             "verify / bare route (peak req/s)"} <= names
