@@ -16,6 +16,20 @@ def _fmt(v: Any, digits: int = 0) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
+def _speed(speed: dict[str, Any]) -> list[str]:
+    """The speed probe's line (``bench.services.speed_probe``), if the run has one."""
+    if not speed.get("start"):
+        return []
+    a, b = speed["start"], speed.get("end") or {}
+    end = (f"; at the end {b['python_loop_ms']} ms and {_fmt(b['sha256_mib_s'])} MiB/s"
+           if b else "")
+    return ["", f"Machine speed, one core (`bench.services.speed_probe`: a fixed pure-Python "
+            f"loop, and SHA-256): at the start {a['python_loop_ms']} ms and "
+            f"{_fmt(a['sha256_mib_s'])} MiB/s{end}. The ratios below compare within this run; "
+            f"compare absolute figures (the latency budget is one) only with a run of a like "
+            f"speed."]
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, cfg = r["machine"], r["config"]
     lines = [f"# evidence-store bench, {r['started']}", "",
@@ -27,7 +41,8 @@ def markdown(r: dict[str, Any]) -> str:
              + (f" CPU steal over the run: {r['steal_pct']}% of the cores' time (what the "
                 "hypervisor gave to other guests on the host: a run with much of it is slower "
                 "throughout; each section says how much its timed parts had)."
-                if r.get("steal_pct") is not None else ""), "",
+                if r.get("steal_pct") is not None else ""),
+             *_speed(r.get("speed") or {}), "",
              "## Ratios (same run) against targets", "",
              "| measure | value | baseline | ratio | target | met |", "|---|---|---|---|---|---|"]
     for t in r["targets"]:

@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from bench.services import host_ticks, steal_pct
+    from bench.services import host_ticks, speed_probe, steal_pct
     from devstack import StackConfig, read_env
     from projections import ProjectorConfig
     from topics import TopicNames, TopicSettings, ensure_topics
@@ -395,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     result: dict[str, Any] = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+        "speed": {"start": speed_probe()},
         "command": "make bench" + (" QUICK=1" if args.quick else "") +
                    (f"  # python -m bench {shlex.join(argv or sys.argv[1:])}" if (argv or sys.argv[1:]) else ""),
         "config": {"quick": args.quick, "captures": args.captures, "streams": args.streams,
@@ -494,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         result["peak_rss_mib"] = rss
         result["wall_s"] = round(time.monotonic() - wall0, 1)
         result["steal_pct"] = steal_pct(host0, host_ticks())
+        result["speed"]["end"] = speed_probe()
         result["targets"] = _targets(result)
         from bench.report import write
 

@@ -12,6 +12,9 @@
 :func:`host_ticks` and :func:`steal_pct` say how much of a timed part the hypervisor gave the
 machine's cores to other guests (``steal`` in ``/proc/stat``): on a shared cloud host a run
 where it is high is slower throughout, and the report says so beside each figure.
+:func:`speed_probe` times a fixed piece of work at the start and the end of a run: a shared
+host can also be slower without any steal (a busy sibling thread, a lower clock), and the
+absolute figures of two runs (the latency budget is one) only compare at a like speed.
 
 ``peak_rss_mib(pid)`` reads ``VmHWM`` from ``/proc``: the kernel's own high-water mark of the
 resident set, so no sampling can miss a peak; :func:`children` finds the API's workers
@@ -124,6 +127,36 @@ def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> 
     if before is None or after is None or after[1] <= before[1]:
         return None
     return round(100 * (after[0] - before[0]) / (after[1] - before[1]), 1)
+
+
+PROBE_LOOP = 2_000_000
+PROBE_HASH_MIB = 64
+
+
+def speed_probe() -> dict[str, float]:
+    """The machine's speed now, on one core: milliseconds for a fixed pure-Python loop of
+    ``PROBE_LOOP`` steps (the interpreter, as the services spend most of their time), and
+    SHA-256 MiB/s over ``PROBE_HASH_MIB`` MiB (native code); the better of three of each."""
+    import hashlib
+
+    def loop() -> float:
+        t = time.perf_counter()
+        x = 0
+        for i in range(PROBE_LOOP):
+            x += i & 7
+        return time.perf_counter() - t
+
+    block = bytes(range(256)) * 4096  # 1 MiB
+
+    def digest() -> float:
+        h, t = hashlib.sha256(), time.perf_counter()
+        for _ in range(PROBE_HASH_MIB):
+            h.update(block)
+        h.digest()
+        return time.perf_counter() - t
+
+    return {"python_loop_ms": round(1e3 * min(loop() for _ in range(3)), 1),
+            "sha256_mib_s": round(PROBE_HASH_MIB / min(digest() for _ in range(3)))}
 
 
 def cpu_seconds(pid: int) -> float | None:

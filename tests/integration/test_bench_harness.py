@@ -57,6 +57,10 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert result["steal_pct"] is not None and result["rebuild"]["steal_pct"]["rebuild"] is not None
     assert set(result["rebuild"]["steal_pct"]) == {"rebuild", "copy", "copy_again"}
     assert "CPU steal over the run" in (tmp_path / "t.md").read_text()
+    # And how fast the machine was at the start and at the end.
+    assert set(result["speed"]) == {"start", "end"}
+    assert all(v["python_loop_ms"] > 0 for v in result["speed"].values())
+    assert "Machine speed, one core" in (tmp_path / "t.md").read_text()
     names = {t["name"] for t in result["targets"]}
     assert {"sealing / plain producer", "sealing / eventsourcing", "rebuild / binary COPY",
             "verify / bare route (peak req/s)"} <= names

@@ -1,5 +1,6 @@
-"""The bench's CPU steal figure: the share of the cores' time the hypervisor gave to other
-guests over a timed part (``bench.services.host_ticks``, ``steal_pct``)."""
+"""What the bench says of the machine beside its figures: CPU steal, the share of the cores'
+time the hypervisor gave to other guests over a timed part (``bench.services.host_ticks``,
+``steal_pct``), and its speed at the start and the end of a run (``speed_probe``)."""
 
 from bench.services import host_ticks, steal_pct
 
@@ -26,3 +27,16 @@ def test_host_ticks_reads_the_machines_cpu_line():
     assert b is not None and b[0] >= steal and b[1] >= total
     got = steal_pct(a, b)
     assert got is None or 0.0 <= got <= 100.0
+
+
+def test_the_speed_probe_times_its_fixed_work_and_the_report_shows_it():
+    from bench.report import _speed
+    from bench.services import speed_probe
+
+    got = speed_probe()
+    assert set(got) == {"python_loop_ms", "sha256_mib_s"}
+    assert got["python_loop_ms"] > 0 and got["sha256_mib_s"] > 0
+    line = _speed({"start": got, "end": {"python_loop_ms": 1.5, "sha256_mib_s": 2000}})[1]
+    assert f"at the start {got['python_loop_ms']} ms" in line
+    assert "at the end 1.5 ms and 2,000 MiB/s" in line
+    assert _speed({}) == []  # a run from before the probe
