@@ -77,8 +77,15 @@ class _EventIds:
 
 
 _ids = _EventIds()
+
+
+def _fresh_ids_in_child() -> None:
+    global _ids
+    _ids = _EventIds()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: globals().__setitem__("_ids", _EventIds()))
+    os.register_at_fork(after_in_child=_fresh_ids_in_child)
 
 
 def new_event_id() -> str:
