@@ -21,12 +21,13 @@ import asyncio
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from devstack.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,12 +57,6 @@ LEVELS = (4, 16, 64, 256)
 
 Spec = tuple[str, str, Any]
 """A request: method, path and JSON body (or None)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _drive(base: str, key: str, make_request: Callable[[], Spec], seconds: float,
@@ -223,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     with ReadModel(url) as rm:
         records = [rm.add("bench:verify", output=f"answer {i}") for i in range(args.records)]
         rm.conn.execute("analyze")
-        port = _free_port()
+        port = free_port()
         env = {**os.environ, "EVIDENCE_DATABASE_URL": url, "EVIDENCE_API_KEY": key,
                "EVIDENCE_API_KEY_STREAMS": "bench:*", "EVIDENCE_PG_VIEWS_SCHEMA": rm.views,
                "EVIDENCE_API_KEYS_FILE": "", "PYTHONUNBUFFERED": "1"}

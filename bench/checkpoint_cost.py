@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -30,14 +29,9 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.seal_rate import intake_end, preload, time_until_sealed  # noqa: E402
+from devstack.ports import free_port  # noqa: E402
 from tests.fixtures.writer import WriterProcess, make_capture, read_all, writer_env  # noqa: E402
 from topics import TopicNames, TopicSettings, ensure_topics  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _metric(port: int, name: str) -> float:
@@ -56,7 +50,7 @@ def one_run(args: argparse.Namespace, signing: bool) -> dict:
     try:
         preload(args.bootstrap, settings, args.captures, args.streams)
         ends = intake_end(args.bootstrap, settings)
-        port = _free_port()
+        port = free_port()
         opts = {"transactional_id": f"bench-{settings.names.prefix}",
                 "group_id": f"bench-{settings.names.prefix}", "metrics_port": port,
                 "signing": signing}

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from devstack.ports import free_port
 
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def dirty_mib() -> float | None:
@@ -186,12 +186,6 @@ def cpu_seconds(pid: int) -> float | None:
         except OSError:
             pass
     return total / tick
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Service:

@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.api_verify import SERVE_CODE, _drive, _free_port  # noqa: E402
+from bench.api_verify import SERVE_CODE, _drive  # noqa: E402
+from devstack.ports import free_port  # noqa: E402
 
 STREAM = "bench:proofs"
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         root = build(rm.conn, rm.gen, n, key)
         vkey_file = Path(tmp) / "log.vkey"
         vkey_file.write_text(format_vkey(key.verifier) + "\n")
-        port = _free_port()
+        port = free_port()
         env = {**os.environ, "EVIDENCE_DATABASE_URL": url, "EVIDENCE_API_KEY": api_key,
                "EVIDENCE_API_KEY_STREAMS": "bench:*", "EVIDENCE_PG_VIEWS_SCHEMA": rm.views,
                "EVIDENCE_API_KEYS_FILE": "", "BENCH_PORT": str(port),

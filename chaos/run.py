@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,14 +32,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from devstack.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "chaos" / "results"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _say(msg: str) -> None:
@@ -236,13 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     from devstack.config import StackConfig
 
     work = Path(tempfile.mkdtemp(prefix="evidence-chaos-"))
-    cfg = StackConfig(root=work, kafka_port=_free_port(), controller_port=_free_port(),
-                      postgres_port=_free_port(), api_port=_free_port(),
+    cfg = StackConfig(root=work, kafka_port=free_port(), controller_port=free_port(),
+                      postgres_port=free_port(), api_port=free_port(),
                       cache=StackConfig.from_env().cache)
     _say(f"an isolated stack under {work}")
     # the services' metrics endpoints on free ports too: the stack may run beside `make up`
-    os.environ["EVIDENCE_WRITER_METRICS_PORT"] = str(_free_port())
-    os.environ["EVIDENCE_PROJECTOR_METRICS_PORT"] = str(_free_port())
+    os.environ["EVIDENCE_WRITER_METRICS_PORT"] = str(free_port())
+    os.environ["EVIDENCE_PROJECTOR_METRICS_PORT"] = str(free_port())
     control = work / "control"
     control.mkdir()
     run = Run(cfg, {}, work, control, work / "spool", args.rate)

@@ -1,12 +1,12 @@
 """Readiness, projection lag and database failures, over real HTTP."""
 
 import re
-import socket
 
 import httpx
 import pytest
 
 from api import Keyring, Settings
+from devstack.ports import free_port
 from tests.fixtures.api_server import serve_api
 
 pytestmark = pytest.mark.integration
@@ -78,9 +78,7 @@ def test_readyz_measures_lag_against_the_log_end_the_heartbeat_saw(database_url,
 
 
 def test_unreachable_database_is_503_with_retry_after_but_healthz_answers(make_api_server):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     url = f"postgresql://nobody:nothing@127.0.0.1:{port}/none"
     base = make_api_server(settings_for(url, "evidence", db_timeout=1.0))
     assert httpx.get(base + "/healthz").status_code == 200

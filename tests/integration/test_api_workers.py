@@ -17,18 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devstack.ports import free_port
 from tests.fixtures.readmodel import ReadModel
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
 KEY = "workers-0123456789abcdef0123456789abcdef"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(env, port, log):
@@ -52,7 +47,7 @@ def server(database_url, tmp_path_factory):
                "EVIDENCE_API_KEY_STREAMS": "*", "EVIDENCE_PG_VIEWS_SCHEMA": rm.views,
                "EVIDENCE_API_HEADER_TIMEOUT": "1", "EVIDENCE_API_MAX_VERIFY_BYTES": "4096",
                "EVIDENCE_API_POOL_MAX": "3"}
-        port = _free_port()
+        port = free_port()
         proc = _start(env, port, log)
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from devstack.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -56,9 +57,7 @@ def test_demo_names_the_writer_and_projector_logs_when_records_never_appear(
 
 
 def test_demo_without_an_api_says_to_run_make_up(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     env = {"PATH": "/usr/bin:/bin", "EVIDENCE_API_URL": f"http://127.0.0.1:{port}",
            "EVIDENCE_API_KEY": "k", "EVIDENCE_KAFKA_BOOTSTRAP": "127.0.0.1:1",
            "EVIDENCE_SPOOL_DIR": str(tmp_path / "spool")}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import socket
 import time
 import uuid
 
@@ -16,15 +15,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from devstack import StackConfig, down, read_env, status, up
 from devstack.config import pid_alive, read_pid
+from devstack.ports import free_port
 from devstack.procs import port_open
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _read_all(bootstrap: str, topic: str) -> list[bytes]:
@@ -41,8 +35,8 @@ def _read_all(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def test_lifecycle_keeps_data_across_a_crash_and_cleans_up(tmp_path):
-    cfg = StackConfig(root=tmp_path, kafka_port=_free_port(), controller_port=_free_port(),
-                      postgres_port=_free_port(), api_port=_free_port())
+    cfg = StackConfig(root=tmp_path, kafka_port=free_port(), controller_port=free_port(),
+                      postgres_port=free_port(), api_port=free_port())
     try:
         env = up(cfg, with_services=False)
         assert {"EVIDENCE_KAFKA_BOOTSTRAP", "EVIDENCE_DATABASE_URL", "EVIDENCE_API_URL",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import socket
 import threading
 
 import anthropic
@@ -16,6 +15,7 @@ import httpx2
 import openai
 import pytest
 
+from devstack.ports import free_port
 from tests.fakes.provider import anthropic_events, chat_events
 from tests.fixtures.provider import read_intake
 
@@ -47,12 +47,6 @@ def assert_matches(event: dict, seen, *, text: str | None = None) -> None:
     assert event["capture"]["closed_early"] is False
     if text is not None:
         assert event["output_digest"] == sha(0x04, text.encode("utf-8"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def openai_client(recorder, fake, **kw) -> openai.OpenAI:

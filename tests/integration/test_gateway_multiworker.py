@@ -36,6 +36,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devstack.ports import free_port
 import evidence_contract as schemas
 from evidence_client.spool import scan, spool_dirs
 from tests.fixtures.writer import ROOT, read_all
@@ -96,12 +97,6 @@ APP = textwrap.dedent("""
         return {"pid": os.getpid(), "text": out.choices[0].message.content,
                 "in_memory": in_memory()}
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what: str, predicate, timeout: float, interval: float = 0.05):

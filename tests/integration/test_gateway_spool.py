@@ -5,7 +5,6 @@ and a writer against that broker seals them into its log, gapless and chained.""
 from __future__ import annotations
 
 import hashlib
-import socket
 import sys
 import time
 import uuid
@@ -15,6 +14,7 @@ import pytest
 
 from devstack import StackConfig
 from devstack import kafka as devkafka
+from devstack.ports import free_port
 from evidence_client import Recorder
 from evidence_client.spool import scan
 import evidence_contract as schemas
@@ -23,12 +23,6 @@ from tests.fixtures.writer import WriterProcess, verify_log, wait_for_count, wri
 from topics import TopicNames, TopicSettings, ensure_topics
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what: str, predicate, timeout: float) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from api import Keyring, Settings
 from devstack import StackConfig
 from devstack import kafka as devkafka
+from devstack.ports import free_port
 from tests.fixtures.log import chain, heads_of, produce, projected, start_projector, wait_until
 from topics import TopicNames, TopicSettings, ensure_topics
 
@@ -99,12 +99,6 @@ def test_the_projector_rides_out_its_backends_terminated_and_projects_each_recor
     assert_each_record_once(cfg, recs + more)
     assert len(events(log_path, "reconnecting")) >= 4
     assert not events(log_path, "fatal")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_projector_waits_for_kafka_that_is_not_there_at_start(make_projection_config,

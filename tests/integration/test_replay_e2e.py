@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from devstack.ports import free_port
 from evidence_client import ReplayError, Replayer, ReplayMiss
 from tests.fakes.provider import FakeProvider
 
@@ -184,9 +185,7 @@ def test_sdks_replay_recorded_calls_byte_for_byte_without_reaching_the_provider(
 def test_replay_without_the_api_raises_instead_of_calling_out(recorded, monkeypatch):
     p, fake, _seen, _want = recorded
     guard = NoRouteTo(monkeypatch, int(fake.url.rsplit(":", 1)[1]))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead_api = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead_api = f"http://127.0.0.1:{free_port()}"
     for url, key, words in ((dead_api, p.api_key, "unreachable"),
                             (p.api_url, "wrong-key", "401")):
         client = openai.OpenAI(base_url=fake.url + "/v1", api_key="unused", max_retries=0,

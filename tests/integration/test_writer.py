@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from devstack.ports import free_port
 from tests.fixtures.writer import (
     make_capture,
     produce_captures,
@@ -169,12 +170,9 @@ def test_wrong_topics_stop_start_up_with_a_clear_message(kafka_bootstrap, make_t
 
 
 def test_metrics_count_sealed_rejected_and_duplicates(kafka_bootstrap, make_topics, run_writer):
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     settings = make_topics(partitions=2)
     writer = run_writer(settings, metrics_port=port)
     x = make_capture("m-stream")

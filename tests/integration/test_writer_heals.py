@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -21,6 +20,7 @@ import pytest
 from devstack import StackConfig
 from devstack import kafka as devkafka
 from devstack.config import read_pid
+from devstack.ports import free_port
 from tests.fixtures.writer import (
     WriterProcess,
     encode_capture,
@@ -32,12 +32,6 @@ from tests.fixtures.writer import (
 from topics import TopicNames, TopicSettings, ensure_topics
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

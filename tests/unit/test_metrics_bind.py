@@ -1,18 +1,11 @@
 """The services' /metrics endpoints listen on loopback unless told otherwise (a finding: the
 writer's bound 0.0.0.0)."""
 
-import socket
-
 import pytest
 
+from devstack.ports import free_port
 import projections.metrics
 import writer.metrics
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("module, cls", [(writer.metrics, "WriterMetrics"),
