@@ -37,8 +37,8 @@ that long for more to share the next one, so under load a gateway makes at most 
 fsyncs a second, not one a capture. Kafka's acknowledgement gives it up: the spool's
 delivered prefix is acknowledged at most every 100 ms. So a process killed at any moment has
 lost no capture of a call that returned: its spool is an orphan that a live Recorder adopts
-and resends (a capture sent twice is absorbed by the writer, by event id). The spool is the one order of a
-Recorder's captures, and every send follows it.
+and resends (a capture sent twice is absorbed by the writer, by event id). The spool is the
+one order of a Recorder's captures, and every send follows it.
 
 A direct delivery that fails with a retriable error, a full producer queue, or librdkafka
 reporting all brokers down makes the Recorder *degraded*: new captures then wait on disk only
