@@ -12,6 +12,15 @@ the partitions (:func:`list_end_offsets`), every ``interval_s``, for the
 partitions the projector last said it owns (:meth:`EndOffsets.track`). The loop takes the
 latest answer with :meth:`EndOffsets.latest`, only if it is fresh (asked within
 ``max_age_s``): Kafka not answering stays no heartbeat, as before.
+
+After a failed ask the thread drops its AdminClient and makes a new one for the next try,
+which comes sooner than the next beat and backs off to it (:func:`retry_delay`). A client
+that has failed once can stay wedged long after the broker is back: after a broker was
+stopped for 20 s (SIGSTOP, SIGCONT) the one client answered every ask with
+``FENCED_LEADER_EPOCH`` for minutes (its cached metadata named an old leader epoch), the
+heartbeat stopped and readiness said 503 for a projector that was projecting; a fresh client
+fetches fresh metadata and answers at once. Readiness must say what is true within seconds
+of Kafka's recovery.
 """
 
 from __future__ import annotations
@@ -19,8 +28,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -29,7 +38,7 @@ from server.logs import event_logger
 
 from .config import ProjectorConfig
 
-__all__ = ["EndOffsets", "list_end_offsets"]
+__all__ = ["EndOffsets", "list_end_offsets", "retry_delay"]
 
 log = event_logger("evidence.projector")
 
@@ -52,13 +61,29 @@ def list_end_offsets(admin: AdminClient, topic: str, partitions: list[int] | tup
         raise RuntimeError(f"no end offsets of {topic} within {timeout:g} s") from None
 
 
+FIRST_RETRY_S = 0.25
+
+
+def retry_delay(failures: int, interval_s: float) -> float:
+    """Seconds to wait before the next ask after ``failures`` failed asks in a row: from
+    ``FIRST_RETRY_S``, doubled each time, never more than ``interval_s`` (a failing Kafka is
+    asked no more often than a healthy one once it has failed a few times; a recovered one
+    is asked again within a beat)."""
+    if failures <= 0:
+        return interval_s
+    return min(interval_s, FIRST_RETRY_S * 2 ** min(failures - 1, 30))
+
+
 class EndOffsets:
     """End offsets (read_committed: last stable offsets) of ``topic``'s tracked partitions,
-    refreshed every ``interval_s`` by a daemon thread; see the module docstring."""
+    refreshed every ``interval_s`` by a daemon thread; see the module docstring.
+    ``make_admin``: makes the thread's admin client (by default an ``AdminClient`` of
+    ``cfg.bootstrap``); called again after each failed ask."""
 
     def __init__(self, cfg: ProjectorConfig, topic: str, interval_s: float,
-                 timeout_s: float = 2.0) -> None:
+                 timeout_s: float = 2.0, make_admin: Callable[[], Any] | None = None) -> None:
         self.cfg, self.topic = cfg, topic
+        self._make_admin = make_admin or self._admin
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self._lock = threading.Lock()
         self._partitions: tuple[int, ...] = ()
@@ -66,7 +91,7 @@ class EndOffsets:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self.failures = 0
+        self.failures = 0  # failed asks since the start, for the logs
 
     def start(self) -> "EndOffsets":
         self._thread = threading.Thread(target=self._run, name="end-offsets", daemon=True)
@@ -109,7 +134,8 @@ class EndOffsets:
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
-        consumer: AdminClient | None = None
+        admin: Any = None
+        in_a_row = 0
         try:
             while not self._stop.is_set():
                 with self._lock:
@@ -117,26 +143,38 @@ class EndOffsets:
                 started = time.monotonic()
                 if parts:
                     try:
-                        if consumer is None:
-                            consumer = self._consumer()
-                        ends = self._ask(consumer, parts)
+                        if admin is None:
+                            admin = self._make_admin()
+                        ends = self._ask(admin, parts)
                         with self._lock:
                             self._latest = (time.monotonic(), parts, ends)
+                        if in_a_row:
+                            log("info", "end_offsets_recovered", topic=self.topic,
+                                failures=in_a_row)
+                        in_a_row = 0
                     except (KafkaException, RuntimeError) as e:
+                        # Never ask the same client again: see the module docstring (a
+                        # client wedged on stale metadata after a broker stall).
+                        admin = None
+                        in_a_row += 1
                         self.failures += 1
                         if self.failures == 1 or self.failures % 30 == 0:
                             log("warning", "end_offsets_failed", error=str(e), topic=self.topic,
                                 failures=self.failures,
                                 message="Kafka did not give the log's end offsets; the "
                                         "heartbeat waits for the next answer")
-                self._wake.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+                # Every interval_s from the start of an ask that answered; after a failure,
+                # the backoff from its end (a fresh client's try should not be a tight loop).
+                wait = (retry_delay(in_a_row, self.interval_s) if in_a_row else
+                        self.interval_s - (time.monotonic() - started))
+                self._wake.wait(max(0.0, wait))
                 self._wake.clear()
         finally:
-            consumer = None  # an AdminClient has no close; dropping it ends its threads
+            admin = None  # an AdminClient has no close; dropping it ends its threads
 
-    def _consumer(self) -> AdminClient:
+    def _admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.cfg.bootstrap,
                             "client.id": f"evidence-end-offsets-{uuid.uuid4().hex[:12]}"})
 
-    def _ask(self, admin: AdminClient, parts: tuple[int, ...]) -> dict[int, int]:
+    def _ask(self, admin: Any, parts: tuple[int, ...]) -> dict[int, int]:
         return list_end_offsets(admin, self.topic, parts, self.timeout_s)

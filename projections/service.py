@@ -298,7 +298,13 @@ class LogReader:
             try:
                 return list_end_offsets(self._admin, self.topic, self._partitions, timeout)
             except RuntimeError as e:  # the answer did not come within the timeout
+                self._admin = None
                 raise LogError(f"Kafka: {e}") from None
+            except KafkaException:
+                # A client that failed can stay wedged on stale metadata after a broker
+                # stall (projections.heartbeat): the next ask makes a fresh one.
+                self._admin = None
+                raise
 
 
 def generation_policy(store: Any, generation: str) -> Any:
