@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
 
 from projections.cli import add_common_arguments
 from projections.config import ProjectorConfig
@@ -81,21 +82,19 @@ def _status(cfg: ProjectorConfig) -> int:
         for name, state, created, _swapped in gens:
             count, pos = store.generation_status(name)
             age, ends = store.heartbeat(name)
-            # Lag against the log ends the heartbeat saw in Kafka (as /readyz measures it).
-            lag = sum(max(0, ends.get(p, hwm) - nxt) for _t, p, nxt, hwm, _u in pos)
+            rows = position_lags(pos, ends)
+            lag = sum(r[4] for r in rows)
             mark = " *" if name == live else ""
             print(f"{name + mark:<24} {state:<9} {count:>10} {lag:>8}  {_ts(created)}")
-            details.append((name, pos, ends))
+            details.append((name, rows))
             if name == live:
                 live_age = age
-        for name, pos, ends in details:
+        for name, rows in details:
             print(f"\npositions of {name}:")
             print(f"  {'topic':<28} {'part':>4} {'next_offset':>12} {'log_end':>12} "
                   f"{'lag':>8}  updated")
-            for topic, part, nxt, hwm, updated in pos:
-                end = ends.get(part, hwm)
-                print(f"  {topic:<28} {part:>4} {nxt:>12} {end:>12} {max(0, end - nxt):>8}  "
-                      f"{_ts(updated)}")
+            for topic, part, nxt, end, lag, updated in rows:
+                print(f"  {topic:<28} {part:>4} {nxt:>12} {end:>12} {lag:>8}  {_ts(updated)}")
     if live is None:
         print("\nnot ready: no generation is live")
         return EXIT_NOT_READY
@@ -108,6 +107,20 @@ def _status(cfg: ProjectorConfig) -> int:
         return EXIT_NOT_READY
     print(f"\nready: the projector's last heartbeat is {live_age:.1f} s old")
     return EXIT_OK
+
+
+def position_lags(positions: Iterable[tuple[Any, ...]],
+                  ends: Mapping[tuple[str, int], int]) -> list[tuple[Any, ...]]:
+    """Each stored position ``(topic, partition, next_offset, high_watermark, updated_at)``
+    as ``(topic, partition, next_offset, end, lag, updated_at)``: lag against the end the
+    heartbeat last saw in Kafka for that topic and partition (as /readyz measures it), else
+    the high watermark stored with the position. By topic and partition: partition 0 of
+    the checkpoints topic is not partition 0 of the log."""
+    out = []
+    for topic, part, nxt, hwm, updated in positions:
+        end = ends.get((topic, part), hwm)
+        out.append((topic, part, nxt, end, max(0, end - nxt), updated))
+    return out
 
 
 def _ts(t: datetime | None) -> str:

@@ -366,19 +366,22 @@ class Store:
                 (topic, parts, [end_offsets[p] for p in parts]))
         return True
 
-    def heartbeat(self, gen: str) -> tuple[float | None, dict[int, int]]:
+    def heartbeat(self, gen: str) -> tuple[float | None, dict[tuple[str, int], int]]:
         """(seconds since ``gen``'s oldest partition heartbeat or None if it has none, end
-        offsets). Several projectors each beat the partitions they own; the oldest beat is
-        the one that says whether every partition is being projected."""
+        offsets by (topic, partition)). Several projectors each beat the partitions they
+        own; the oldest beat is the one that says whether every partition is being
+        projected. Keyed by topic too: the same partition numbers of the checkpoints and
+        erasures topics have other ends than the log's."""
         with self._errors("read heartbeat"):
             if self.conn.execute("select to_regclass(%s) is null",
                                  (f'"{gen}".heartbeat',)).fetchone()[0]:
                 return None, {}
             rows = self.conn.execute(
-                f"select partition, end_offset, extract(epoch from now() - beat_at)::float8 "
+                f"select topic, partition, end_offset, "
+                f"extract(epoch from now() - beat_at)::float8 "
                 f'from "{gen}".heartbeat').fetchall()
-        ages = [r[2] for r in rows]
-        return (max(ages) if ages else None), {r[0]: r[1] for r in rows}
+        ages = [r[3] for r in rows]
+        return (max(ages) if ages else None), {(r[0], r[1]): r[2] for r in rows}
 
     def apply(self, gen: str, topic: str, expected: Mapping[int, int],
               messages: Iterable[Message], reached: Mapping[int, int],

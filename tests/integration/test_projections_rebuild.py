@@ -273,3 +273,44 @@ def test_a_live_row_altered_before_or_after_the_early_positions_stops_the_swap(
     assert any(d.startswith("stream a:") for d in e.value.differences), e.value.differences
     assert not any(d.startswith("stream b:") for d in e.value.differences)
     assert live(cfg) == old
+
+
+def status_rows(out, gen):
+    """``evidence projections status``'s position lines of ``gen``: (topic, part, next, end,
+    lag)."""
+    block = out.split(f"positions of {gen}:")[1].split("\n\n")[0].splitlines()[2:]
+    return [(t, int(p), int(n), int(e), int(lag)) for t, p, n, e, lag, *_ in
+            (line.split() for line in block if line.strip())]
+
+
+def test_status_measures_each_topic_against_its_own_end(projection_config, topics,
+                                                         produce_chain, capsys):
+    """The heartbeat stores the log's ends; the checkpoints and erasures topics' positions
+    are measured against their own (was: the log's end of the same partition number, a
+    false lag of the log's size for a projection that is caught up)."""
+    cfg = projection_config
+    recs = produce_chain(topics, streams={"a": 40, "b": 30, "c": 20})
+    with running_projector(cfg):
+        wait_until("90 records", lambda: count(cfg) == 90)
+        gen = live(cfg)
+        wait_until("a heartbeat", lambda: q(
+            cfg, f'select count(*) from "{gen}".heartbeat')[0][0] > 0)
+        wait_until("the side topics' positions", lambda: {t for t, *_ in q(
+            cfg, f'select topic from "{gen}".positions')} >= {
+            topics.names.checkpoints, topics.names.erasures})
+        code = main(["projections", "status", *flags(cfg)])
+    out, _ = capsys.readouterr()
+    assert code == 0, out
+    rows = status_rows(out, gen)
+    by_topic = {}
+    for t, p, n, e, lag in rows:
+        by_topic.setdefault(t, {})[p] = (n, e, lag)
+    assert set(by_topic) >= {topics.names.log, topics.names.checkpoints, topics.names.erasures}
+    assert all(lag == 0 for *_x, lag in rows), out
+    # The log's ends are where its records are; the side topics hold nothing here.
+    assert sum(e for e, _l in ((e, lag) for _n, e, lag in by_topic[topics.names.log].values())
+               ) >= len(recs)
+    for side in (topics.names.checkpoints, topics.names.erasures):
+        assert all(e == n for n, e, _lag in by_topic[side].values()), out
+    table_line = next(line for line in out.splitlines() if line.startswith(gen))
+    assert table_line.split()[-3] == "0", out  # the generation's total lag
