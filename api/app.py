@@ -11,7 +11,8 @@ take what they need from ``app.state`` through :mod:`api.deps` (OpenAPI at ``/do
     GET  /streams/{stream}/records            records by seq, keyset-paged; ?include=bytes
     GET  /streams/{stream}/records/{seq}      one record; ?include=bytes adds the bodies
     GET  /streams/{stream}/records/{seq}/fidelity  replay fidelity of a sealed record
-    GET  /streams/{stream}/audit              re-verify one stream from its projection
+    GET  /streams/{stream}/audit              re-verify one stream from its projection (a
+                                              few at a time per key: 429 past that)
     GET  /events/{event_id}                   one record by capture id; ?include=bytes
     POST /fidelity/analyze                    replay fidelity of a run manifest
     GET  /streams/{stream}/checkpoint         the signed checkpoint (text/plain, cosigned)
@@ -50,8 +51,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .config import Settings
 from .db import Database
 from .errors import ApiError
+from evidence_contract.topics import TopicNames
+
+from .evidence import LogReader
 from .kafka import CheckpointProducer
-from .limits import BodyLimitMiddleware
+from .limits import BodyLimitMiddleware, PerKeyLimit
 from .metrics import ApiMetrics, MetricsMiddleware
 from .responses import error_response
 from .routers import ROUTERS
@@ -63,7 +67,7 @@ log = logging.getLogger("evidence.api")
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large",
-               415: "unsupported_media_type"}
+               415: "unsupported_media_type", 429: "too_many_requests"}
 
 
 def _version() -> str:
@@ -126,11 +130,17 @@ def create_app(settings: Settings) -> FastAPI:
                             timeout=settings.db_timeout,
                             statement_timeout_ms=settings.statement_timeout_ms)
     app.state.metrics = ApiMetrics()
+    # GET /streams/{s}/audit: a few at a time per key, so no key can take the whole pool.
+    app.state.audit_limit = PerKeyLimit("audits", settings.max_audits_per_key,
+                                        "EVIDENCE_API_MAX_AUDITS_PER_KEY")
     # GET /streams/{s}?after_seq=&wait_ms=: one listening connection a process, when on.
     app.state.watch = (HeadWatch(settings.database_url, settings.views_schema)
                        if settings.max_wait_ms > 0 else None)
     app.state.producer = CheckpointProducer(settings.kafka_bootstrap, settings.topic_prefix,
                                             settings.kafka_timeout)
+    # The log itself, read by position when a projected row fails its check (api.evidence).
+    app.state.log_reader = LogReader(settings.kafka_bootstrap,
+                                     TopicNames(settings.topic_prefix).log, settings.kafka_timeout)
     # The last added runs first: metrics see every answer, the body limits' 413s included.
     app.add_middleware(BodyLimitMiddleware, default=settings.max_body_bytes,
                        limits={("POST", "/replay/verify"): settings.max_verify_bytes},

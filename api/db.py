@@ -12,7 +12,12 @@ or whose key is live), by an indexed subquery on ``erasures.key_id``.
 
 A lookup by event id is scoped to the caller's streams in SQL: an event id is unique only
 within what one writer dedups, so a record of another stream that reuses it must neither hide
-the caller's record nor be verified in its place.
+the caller's record nor be verified in its place. Among the records with that id the key may
+read, it answers the original by the contract's rule (``evidence_contract.chain.Sighting.order``:
+the earliest ``occurred_at``, then the log position; the projector flags every other one
+``duplicate_event_id``), never a copy, and adds :data:`EVENT_COLUMNS`: how many other records
+the key may read carry the id, and whether the one answered is itself flagged as a copy (its
+original in a stream the key may not read).
 
 The pool checks a connection as it hands it out (:func:`check_connection`): after a
 PostgreSQL restart or a terminated backend, the pooled connections are dead, and without the
@@ -36,8 +41,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from .auth import Scope
 from .errors import Unavailable
 
-__all__ = ["APPLICATION_NAME", "BYTES_COLUMNS", "Database", "ERASED_COLUMNS", "META_COLUMNS",
-           "VERIFY_COLUMNS", "check_connection", "translate"]
+__all__ = ["APPLICATION_NAME", "BYTES_COLUMNS", "Database", "ERASED_COLUMNS", "EVENT_COLUMNS",
+           "META_COLUMNS", "VERIFY_COLUMNS", "check_connection", "translate"]
 
 log = logging.getLogger("evidence.api")
 
@@ -58,6 +63,10 @@ BYTES_COLUMNS = ("request_bytes", "response_bytes", "error_bytes", "input_bytes"
 VERIFY_COLUMNS = ("stream", "seq", "output_digest", "response_digest", "deterministic",
                   "seed", "model_version", "outcome", "endpoint")
 """Then ``ERASED_COLUMNS``: a verify row is ``VERIFY_COLUMNS + ERASED_COLUMNS``."""
+EVENT_COLUMNS = ("copies", "is_copy")
+"""Last in a lookup by event id (``verify_event``, ``*_event``): the number of *other* records
+with that event id in the key's scope, and whether the record answered carries a
+``duplicate_event_id`` finding (a later copy of an id sealed before)."""
 
 
 def _erased_sql(v: str, table: str = "records") -> str:
@@ -97,6 +106,20 @@ async def check_connection(conn: psycopg.AsyncConnection) -> None:
 # A duplicate seq is kept in the read model (and reported as a finding); lookups answer the
 # earliest copy in log order, the one the chain was built on.
 _FIRST = "order by log_partition, log_offset limit 1"
+# Records sharing an event id (in any streams): the original is the first by the contract's
+# order (evidence_contract.chain.Sighting.order: occurred_at, then the log position), the one
+# the projector and the auditor leave unflagged; the log position alone would answer a later
+# copy that a writer sealed on a lower partition. The window counts every record the WHERE
+# kept (before the LIMIT): the copies are the others.
+_FIRST_EVENT = "order by occurred_at_us, log_partition, log_offset limit 1"
+
+
+def _event_sql(v: str) -> str:
+    """``EVENT_COLUMNS`` of the ``records`` row in a lookup by event id."""
+    return (f"count(*) over () - 1, exists (select 1 from {v}.findings f "
+            f"where f.stream = records.stream and f.seq = records.seq "
+            f"and f.kind = 'duplicate_event_id' and f.log_partition = records.log_partition "
+            f"and f.log_offset = records.log_offset)")
 
 
 @contextlib.contextmanager
@@ -141,15 +164,15 @@ class Database:
             "verify_seq": f"select {verify_cols} from {v}.records "
                           f"where stream = %s and seq = %s {_FIRST}",
             # by event id: "{scope}" is the caller's stream condition (Scope.sql)
-            "verify_event": f"select {verify_cols} from {v}.records "
-                            f"where event_id = %s and {{scope}} {_FIRST}",
+            "verify_event": f"select {verify_cols}, {_event_sql(v)} from {v}.records "
+                            f"where event_id = %s and {{scope}} {_FIRST_EVENT}",
             "meta_seq": f"select {cols} from {v}.records where stream = %s and seq = %s {_FIRST}",
             "full_seq": f"select {cols}, {', '.join(BYTES_COLUMNS)} from {v}.records "
                         f"where stream = %s and seq = %s {_FIRST}",
-            "meta_event": f"select {cols} from {v}.records "
-                          f"where event_id = %s and {{scope}} {_FIRST}",
-            "full_event": f"select {cols}, {', '.join(BYTES_COLUMNS)} from {v}.records "
-                          f"where event_id = %s and {{scope}} {_FIRST}",
+            "meta_event": f"select {cols}, {_event_sql(v)} from {v}.records "
+                          f"where event_id = %s and {{scope}} {_FIRST_EVENT}",
+            "full_event": f"select {cols}, {', '.join(BYTES_COLUMNS)}, {_event_sql(v)} "
+                          f"from {v}.records where event_id = %s and {{scope}} {_FIRST_EVENT}",
             "meta_page": f"select {cols} {page}",
             "full_page": f"select {cols}, {', '.join(BYTES_COLUMNS)} {page}",
             "head": f"select {', '.join(HEAD_COLUMNS)} from {v}.heads where stream = %s",
@@ -216,8 +239,9 @@ class Database:
 
     async def verify_row(self, stream: str | None, seq: int | None,
                          event_id: uuid.UUID | None, scope: Scope) -> tuple[Any, ...] | None:
-        """``VERIFY_COLUMNS`` of one record, by (stream, seq) or by event id among the
-        streams of ``scope`` (the caller checks a stream it names against the scope)."""
+        """``VERIFY_COLUMNS`` and ``ERASED_COLUMNS`` of one record, by (stream, seq) or by
+        event id among the streams of ``scope`` (the caller checks a stream it names against
+        the scope); by event id, the original (never a copy), then ``EVENT_COLUMNS``."""
         if event_id is not None:
             return await self._by_event("verify", "verify_event", event_id, scope)
         return await self._one("verify", self._q["verify_seq"], (stream, Int8(seq)))
@@ -226,11 +250,17 @@ class Database:
         return await self._one("record", self._q["full_seq" if with_bytes else "meta_seq"],
                                (stream, Int8(seq)))
 
-    async def event(self, event_id: uuid.UUID, with_bytes: bool,
-                    scope: Scope) -> tuple[Any, ...] | None:
-        """The earliest record with ``event_id`` among the streams of ``scope``."""
-        return await self._by_event("event", "full_event" if with_bytes else "meta_event",
-                                    event_id, scope)
+    async def event(self, event_id: uuid.UUID, with_bytes: bool, scope: Scope
+                    ) -> tuple[tuple[Any, ...], int, bool] | None:
+        """``(row, copies, is_copy)``: the original record with ``event_id`` among the streams
+        of ``scope`` (the first by the contract's order, never a later copy), how many other
+        records there carry the id, and whether the row is itself flagged as a copy."""
+        row = await self._by_event("event", "full_event" if with_bytes else "meta_event",
+                                   event_id, scope)
+        if row is None:
+            return None
+        n = len(EVENT_COLUMNS)
+        return row[:-n], int(row[-n]), bool(row[-n + 1])
 
     async def _by_event(self, what: str, query: str, event_id: uuid.UUID,
                         scope: Scope) -> tuple[Any, ...] | None:
@@ -243,27 +273,50 @@ class Database:
         return await self._all("records", self._q["full_page" if with_bytes else "meta_page"],
                                (stream, Int8(after_seq), limit))
 
+    def _served_sql(self) -> str:
+        v = f'"{self.views}"'
+        return (f"select r.stream, r.seq, r.record_digest, r.event_id, "
+                f"r.response_content_type, r.response_bytes, {_erased_sql(v, 'r')}, "
+                f"r.record_bytes, r.log_partition, r.log_offset, "
+                f"(select n.hash from {v}.tree_nodes n where n.stream = r.stream "
+                f"and n.level = 0 and n.idx = r.seq - 1) "
+                f"from {v}.records r ")
+
     async def replay(self, content_key: bytes, scope: Scope, stream: str | None,
                      seq: int | None) -> tuple[Any, ...] | None:
-        """The earliest COMMITTED record with ``content_key`` that ``scope`` may read:
-        (stream, seq, record_digest, event_id, response_content_type, response_bytes,
-        *ERASED_COLUMNS)."""
-        cond, params = scope.sql()
-        v = f'"{self.views}"'
-        sql = (f'select stream, seq, record_digest, event_id, response_content_type, '
-               f'response_bytes, {_erased_sql(v)} '
-               f'from "{self.views}".records '
-               f"where content_key = %s and outcome = 'COMMITTED' "
-               f"and response_bytes is not null and {cond}")
+        """The earliest COMMITTED record with ``content_key`` that ``scope`` may read, as
+        ``api.evidence.SERVE_COLUMNS`` (checked there before anything is served)."""
+        cond, params = scope.sql("r.stream")
+        sql = (self._served_sql() + f"where r.content_key = %s and r.outcome = 'COMMITTED' "
+               f"and r.response_bytes is not null and {cond}")
         args: list[Any] = [content_key, *params]
         if stream is not None:
-            sql += " and stream = %s"
+            sql += " and r.stream = %s"
             args.append(stream)
         if seq is not None:
-            sql += " and seq = %s"
+            sql += " and r.seq = %s"
             args.append(Int8(seq))
-        sql += " order by occurred_at_us, log_partition, log_offset limit 1"
+        sql += " order by r.occurred_at_us, r.log_partition, r.log_offset limit 1"
         return await self._one("replay", sql, tuple(args))
+
+    async def served_record(self, stream: str, seq: int) -> tuple[Any, ...] | None:
+        """Record ``seq`` of ``stream`` (the earliest copy) as ``api.evidence.SERVE_COLUMNS``."""
+        sql = (self._served_sql() + "where r.stream = %s and r.seq = %s "
+               "order by r.log_partition, r.log_offset limit 1")
+        return await self._one("record", sql, (stream, Int8(seq)))
+
+    async def add_finding(self, stream: str, seq: int, kind: str, detail: str,
+                          partition: int, offset: int) -> None:
+        """A finding in the live generation (through its view), unless the same kind is
+        already recorded for that record."""
+        v = f'"{self.views}"'
+        sql = (f"insert into {v}.findings (stream, seq, kind, detail, log_partition, "
+               f"log_offset) select %s, %s, %s, %s, %s, %s where not exists (select 1 from "
+               f"{v}.findings where stream = %s and seq = %s and kind = %s)")
+        with translate("finding"):
+            async with self._connection() as conn:
+                await conn.execute(sql, (stream, Int8(seq), kind, detail, partition,
+                                         Int8(offset), stream, Int8(seq), kind))
 
     # -- streams -------------------------------------------------------------------------
 

@@ -55,6 +55,10 @@ class ApiMetrics:
                               ("outcome",), registry=self.registry)
         # Resolved once: counted on the hot route. An unusable input ("invalid") is not counted.
         self._verified = {o: self.verify.labels(o) for o in ("match", "mismatch", "no_digest")}
+        self.altered = Counter("evidence_api_projection_altered_total",
+                               "Rows that failed the API's check against their sealed record "
+                               "and were served from the log instead (api.evidence).",
+                               registry=self.registry)
         self.lag = Gauge("evidence_api_projection_lag",
                          "Records the projection is behind the log (sum over partitions).",
                          registry=self.registry, multiprocess_mode="mostrecent")
@@ -81,6 +85,9 @@ class ApiMetrics:
         counter = self._verified.get(outcome)
         if counter is not None:
             counter.inc()
+
+    def count_altered(self) -> None:
+        self.altered.inc()
 
     def render(self) -> bytes:
         """The exposition: this registry's, or, under several workers (the module docstring),

@@ -24,7 +24,7 @@ from .db import ERASED_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
 __all__ = [
     "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
-    "ConsistencyProof", "CosignatureAccepted", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary",
+    "BundleConsistency", "BundleInclusion", "ConsistencyProof", "CosignatureAccepted", "EvidenceBundle", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary", "TooManyBody",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
 ]
 
@@ -38,7 +38,8 @@ FINDINGS_SHOWN = 100
 class ErrorBody(BaseModel):
     error: str = Field(description="stable code: unauthorized, forbidden, not_found, conflict, "
                                    "erased, invalid_request, "
-                                   "invalid_manifest, too_large, timeout, unavailable, "
+                                   "invalid_manifest, too_large, timeout, "
+                                   "too_many_requests, unavailable, "
                                    "method_not_allowed, internal")
     message: str = Field(description="what went wrong, for people")
 
@@ -51,6 +52,16 @@ class ErasedBody(BaseModel):
     erased_at: int = Field(description="when the key was destroyed, µs since the epoch")
     request_id: str = Field(description="the erasure's request id (its signed receipt on "
                                         "evidence.erasures)")
+
+
+class TooManyBody(BaseModel):
+    """429: the key already has its limit of this expensive request in progress."""
+
+    error: Literal["too_many_requests"]
+    message: str
+    limit: int = Field(description="how many of these requests one key may have in progress "
+                                   "in one server process")
+    setting: str = Field(description="the API setting that raises the limit")
 
 
 class ErasureOut(BaseModel):
@@ -195,6 +206,40 @@ class ConsistencyProof(BaseModel):
     hashes: list[HexHash] = Field(description="the proof nodes, hex (RFC 9162 order)")
 
 
+class BundleInclusion(BaseModel):
+    leaf_index: int = Field(description="seq - 1")
+    tree_size: int = Field(description="the size of the bundle's checkpoint")
+    hashes: list[HexHash] = Field(description="the inclusion path, leaf up (RFC 9162 order)")
+
+
+class BundleConsistency(BaseModel):
+    first: int = Field(description="the known_size asked for")
+    second: int = Field(description="the size of the bundle's checkpoint")
+    hashes: list[HexHash] = Field(description="the proof nodes, hex (RFC 9162 order)")
+
+
+class EvidenceBundle(BaseModel):
+    """A record and what proves it (``evidence_contract.bundle``): verify it with the log's
+    key; nothing in it needs trusting the API."""
+
+    stream: str
+    seq: int
+    event_id: str
+    content_type: str | None = Field(description="the recorded response Content-Type")
+    content: str = Field(description="plain | encrypted | redacted (record_b64 withheld)")
+    record_b64: str | None = Field(description="the log message verbatim (single-object "
+                                               "Avro); null on a redacted stream")
+    leaf_hash: HexHash = Field(description="the record's Merkle leaf hash")
+    source: str = Field(description="projection, or log when the projected row failed the "
+                                    "API's check and the log's copy is served")
+    checkpoint: str | None = Field(description="the stream's latest signed checkpoint note "
+                                               "with its cosignatures; null before the first")
+    inclusion: BundleInclusion | None = Field(description="null until a checkpoint covers "
+                                                          "the record")
+    consistency: BundleConsistency | None = Field(description="with known_size: the proof "
+                                                              "from that size")
+
+
 class CosignatureAccepted(BaseModel):
     stream: str
     tree_size: int
@@ -286,6 +331,15 @@ class RecordOut(BaseModel):
         "hash (hex; its leaf input is record_digest and record_sha256, see "
         "evidence_contract.tlog), which folds with /streams/{stream}/proof/inclusion to the "
         "signed checkpoint's root"))
+    copies: int | None = Field(None, description=(
+        "only by event id: how many other records the key may read carry this event id "
+        "(0: none). The record given is the original, the first by the record contract's "
+        "order (earliest occurred_at, then log position); each other one is a finding of "
+        "its stream (duplicate_event_id; duplicate when it is the same record again)"))
+    is_copy: bool | None = Field(None, description=(
+        "only by event id: true when the record given is itself a later copy of an event id "
+        "sealed before (its stream's duplicate_event_id finding), its original being in a "
+        "stream the key may not read"))
 
 
 class RecordPage(BaseModel):

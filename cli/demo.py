@@ -70,6 +70,8 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
          "key": pick(args.api_key, "EVIDENCE_API_KEY"),
          "bootstrap": pick(args.bootstrap, "EVIDENCE_KAFKA_BOOTSTRAP"),
          "prefix": pick(args.topic_prefix, "EVIDENCE_TOPIC_PREFIX", "evidence"),
+         # The key replays are verified against: the stack's, as `make up` wrote it.
+         "log_key": pick(None, "EVIDENCE_LOG_VERIFIER_KEY_FILE"),
          "logs": str(stack_cfg.services_dir), "kafka_log": str(stack_cfg.kafka_log)}
     missing = [name for name, var in (("API URL", "api"), ("API key", "key"),
                                       ("Kafka bootstrap", "bootstrap")) if not s[var]]
@@ -248,19 +250,34 @@ def _verify(api: Any, s: dict[str, str], stream: str, seq: int, output: str) -> 
 def _replay(s: dict[str, str], stream: str, provider_url: str, sent: bytes, text: str) -> None:
     import openai
 
-    from evidence_client import Replayer, ReplayMiss
+    from evidence_client import EvidenceUnverified, Replayer, ReplayMiss
 
-    with Replayer(s["api"], s["key"], stream=stream) as replayer:
+    # Verified: each replayed answer is checked from the record's bytes to a checkpoint
+    # signed by the stack's log key; without that key file, the API's key is pinned on first
+    # use (and the demo says so).
+    if s["log_key"] is None:
+        _say("   (no EVIDENCE_LOG_VERIFIER_KEY_FILE: pinning the API's log key on first use)")
+    with Replayer(s["api"], s["key"], stream=stream, log_key=s["log_key"],
+                  trust_on_first_use=s["log_key"] is None) as replayer:
         client = openai.OpenAI(base_url=provider_url + "/v1", api_key="unused", max_retries=0,
                                http_client=replayer.http_client())
         with client:
-            raw = client.chat.completions.with_raw_response.create(**_CHAT)
+            try:
+                raw = client.chat.completions.with_raw_response.create(**_CHAT)
+            except EvidenceUnverified as e:
+                raise DemoError(f"the recorded answer failed its check, so it was not replayed "
+                                f"({type(e).__name__}: {e}); `evidence audit` says what was "
+                                f"altered and `evidence projections rebuild "
+                                f"--accept-differences` restores the read side from the log"
+                                ) from e
             answer = raw.parse().choices[0].message.content
             same = raw.http_response.content == sent
             headers = raw.http_response.headers
             _say(f"   -> {answer!r}, served from storage: the earliest record with its "
                  f"content_key ({headers.get('evidence-stream')} seq {headers.get('evidence-seq')})")
             _say(f"   byte for byte what the provider sent: {'yes' if same else 'NO'}")
+            _say(f"   verified before it was handed out: in the checkpoint "
+                 f"{headers.get('evidence-verified')} signed by the log key")
             if not same or answer != text:
                 raise DemoError("the replayed response differs from the recorded one; "
                                 f"read {_log(s, 'api')}")

@@ -3,8 +3,16 @@
 Calls ``POST /replay/verify`` and prints a verdict block, or the API's JSON with ``--json``.
 Never calls a model provider: the caller re-executes elsewhere and hands over the result.
 
+The API's answer is not taken on trust: the record it compared is fetched with its proofs
+(``GET /streams/{stream}/records/{seq}/bundle``) and verified here, from its bytes to a
+checkpoint signed by the log key you hold (``--log-key``, else the stack's; see
+:func:`cli.tlog.add_trust`), and the digest is compared again with the verified record's.
+A record that fails that check, or an API whose verdict disagrees with the verified record,
+exits 4 and prints no verdict. ``--no-verify`` takes the API's word.
+
 Exit codes: 0 match; 1 the record, the file or the API is missing or unreachable (or the key
-is rejected); 2 usage error; 3 mismatch (including a record without the digest compared).
+is rejected); 2 usage error; 3 mismatch (including a record without the digest compared);
+4 the evidence failed its check (tampered, rolled back, unwitnessed, not yet checkpointed).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any
 
 HELP = "verify a replayed output or response against its sealed record (exit 3 on mismatch)"
 
-EXIT_MATCH, EXIT_MISSING, EXIT_USAGE, EXIT_MISMATCH = 0, 1, 2, 3
+EXIT_MATCH, EXIT_MISSING, EXIT_USAGE, EXIT_MISMATCH, EXIT_UNVERIFIED = 0, 1, 2, 3, 4
 
 _EPILOG = """\
 Name the record by --stream and --seq, or by --event-id; give the replayed value as
@@ -28,7 +36,11 @@ Name the record by --stream and --seq, or by --event-id; give the replayed value
 The API and key default to $EVIDENCE_API_URL and $EVIDENCE_API_KEY, else to .stack/env
 (written by `make up`).
 
-exit codes: 0 match, 1 record/file/API missing or unreachable, 2 usage error, 3 mismatch
+The record is verified first (its bytes, its inclusion in a checkpoint signed by the log
+key you hold, the digest compared): see the verification flags; exit 4 when it fails.
+
+exit codes: 0 match, 1 record/file/API missing or unreachable, 2 usage error, 3 mismatch,
+            4 the evidence failed its check (never printed as a verdict)
 
 examples:
   evidence replay --stream acme:support.chat --seq 12 --output "the replayed answer"
@@ -58,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for the API (default 10)")
     p.add_argument("--json", action="store_true",
                    help="print the API's JSON answer instead of the verdict block")
+    from cli.tlog import add_trust
+
+    add_trust(p)
 
 
 def _fail(code: int, message: str) -> int:
@@ -185,5 +200,55 @@ def run(args: argparse.Namespace) -> int:
         if r.status_code == 422:
             return _fail(EXIT_USAGE, f"the API rejected the request: {message}")
         return _fail(EXIT_MISSING, f"the API answered {r.status_code}: {message}")
+    if not args.no_verify:
+        from cli.tlog import CliError
+
+        try:
+            answer = _verified(args, api, key, answer, body)
+        except CliError as e:
+            return _fail(e.code, str(e))
     print(json.dumps(answer, indent=2) if args.json else _verdict(answer))
     return EXIT_MATCH if answer["match"] else EXIT_MISMATCH
+
+
+def _verified(args: argparse.Namespace, api: str, key: str, answer: dict[str, Any],
+              body: dict[str, Any]) -> dict[str, Any]:
+    """The API's verdict, checked against the record verified from its bundle; adds
+    ``verified`` (the checkpoint that covers it). Raises CliError(EXIT_UNVERIFIED)."""
+    from cli.tlog import ApiClient, CliError, log_verifier, stack_env, verified_record
+    from evidence_contract.digests import output_digest, response_digest
+
+    client = ApiClient(api, key, args.timeout)
+    stream, seq = answer.get("stream"), answer.get("seq")
+    if not isinstance(stream, str) or not isinstance(seq, int):
+        raise CliError(EXIT_UNVERIFIED, f"the API's verdict names no record: {answer}")
+    verifier = log_verifier(args, stack_env(), client)
+    v = verified_record(client, verifier, stream, seq, args.checkpoint_wait)
+    cp = v.checkpoint
+    out = {**answer, "verified": {"origin": cp.origin, "tree_size": cp.size,
+                                  "witnesses": list(v.witnesses)}}
+    if v.body is None:  # withheld by the read side's redaction: only its leaf is proved
+        out["verified"]["digests"] = "withheld by redaction: compared by the API only"
+        return out
+    if v.body.get("encryption") is not None:  # keyed commitments: the API cannot compare
+        out["verified"]["digests"] = "encrypted: keyed commitments"
+        return out
+    if body.get("event_id") is not None and v.body["event_id"] != body["event_id"]:
+        raise CliError(EXIT_UNVERIFIED, f"the API compared {stream} #{seq}, whose event id is "
+                                        f"{v.body['event_id']}, not {body['event_id']}")
+    if "replayed_output" in body:
+        sealed, replayed = v.body["output_digest"], output_digest(body["replayed_output"])
+    else:
+        sealed = v.body["response_digest"]
+        replayed = response_digest(base64.b64decode(body["replayed_response_b64"]))
+    match = sealed is not None and bytes(sealed) == replayed
+    original = None if sealed is None else bytes(sealed).hex()
+    if match != bool(answer.get("match")) or (original is not None and answer.get(
+            "original_hash") not in (None, original)):
+        raise CliError(EXIT_UNVERIFIED, f"the API's verdict on {stream} #{seq} (match "
+                                        f"{answer.get('match')}, original "
+                                        f"{answer.get('original_hash')}) is not the verified "
+                                        f"record's (match {match}, original {original}): the "
+                                        f"projection is altered; run `evidence audit`")
+    out["verified"]["digests"] = "recomputed from the verified record"
+    return out

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ApiClient", "CliError", "add_common", "api_client", "log_key"]
+__all__ = ["ApiClient", "CliError", "EXIT_UNVERIFIED", "add_common", "add_trust", "api_client",
+           "log_key", "log_verifier", "verified_record"]
+
+EXIT_UNVERIFIED = 4
+"""The exit status of a command whose evidence failed its check (tampered, rolled back,
+unwitnessed, or never covered by a checkpoint): nothing of it is printed as good."""
 
 
 class CliError(Exception):
@@ -89,8 +94,9 @@ def api_client(args: argparse.Namespace, env: dict[str, str]) -> ApiClient:
     return ApiClient(url, key, args.timeout)
 
 
-def log_key(path: str | None, env: dict[str, str], api: ApiClient):
-    """(the log's verifier key, where it came from); see the module docstring."""
+def log_key(path: str | None, env: dict[str, str], api: ApiClient | None):
+    """(the log's verifier key, where it came from); see the module docstring. Without
+    ``api``, a key the operator holds or none: ``(None, "none")``."""
     from evidence_contract.note import NoteError, parse_skey, parse_vkey
 
     sources = [(path, parse_vkey, "file")] if path else []
@@ -109,11 +115,91 @@ def log_key(path: str | None, env: dict[str, str], api: ApiClient):
             raise CliError(1, f"cannot read the log key {file}: {e}") from e
         except NoteError as e:
             raise CliError(1, f"{file} is not a note key: {e}") from e
+    if api is None:
+        return None, "none"
     text = api.ok("/log/key").text.strip()
     try:
         return parse_vkey(text), "api"
     except NoteError as e:
         raise CliError(1, f"the API's /log/key is not a verifier key: {e}") from e
+
+
+def add_trust(p: argparse.ArgumentParser) -> None:
+    """The flags of a command that verifies what it reads (see :func:`log_verifier`)."""
+    g = p.add_argument_group("verification (on by default)")
+    g.add_argument("--log-key", metavar="FILE",
+                   help="the log's verifier key (default $EVIDENCE_LOG_VERIFIER_KEY_FILE, else "
+                        "the signer key of $EVIDENCE_LOG_SIGNING_KEY_FILE, else .stack/env's)")
+    g.add_argument("--trust-on-first-use", action="store_true",
+                   help="with no key of yours, pin the API's /log/key the first time (kept in "
+                        "--state-file) and check every later read against it")
+    g.add_argument("--witness-key", metavar="KEY", action="append", default=[],
+                   help="a witness's verifier key (text or file); repeatable")
+    g.add_argument("--min-witnesses", type=int, metavar="K",
+                   help="cosignatures required from the --witness-key keys (default: all)")
+    g.add_argument("--state-file", metavar="FILE",
+                   help="where the last verified checkpoint per log is kept, to catch a "
+                        "rollback between runs (default $XDG_STATE_HOME/evidence/"
+                        "checkpoints.json, else ~/.local/state/evidence/checkpoints.json)")
+    g.add_argument("--checkpoint-wait", type=float, default=15.0, metavar="S",
+                   help="seconds to wait for a checkpoint that covers a new record (default 15)")
+    g.add_argument("--no-verify", action="store_true",
+                   help="take the API's word (not recommended: a tampered projection passes)")
+
+
+def _state_file(args: argparse.Namespace) -> Path:
+    if args.state_file:
+        return Path(args.state_file)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "evidence" / "checkpoints.json"
+
+
+def log_verifier(args: argparse.Namespace, env: dict[str, str], api: ApiClient):
+    """An ``evidence_client.trust.LogVerifier`` of the flags of :func:`add_trust`: the log key
+    the operator holds, or with ``--trust-on-first-use`` the API's, pinned in the state file."""
+    from evidence_client.errors import ConfigError
+    from evidence_client.trust import LogVerifier
+
+    key, _source = log_key(args.log_key, env, None)
+    witnesses = []
+    for item in args.witness_key:
+        lines = [item] if "+" in item and not os.path.exists(item) else \
+            Path(item).read_text(encoding="utf-8").splitlines()
+        witnesses += [t.strip() for t in lines if t.strip()]
+    try:
+        verifier = LogVerifier(key, witnesses=witnesses, min_witnesses=args.min_witnesses,
+                               trust_on_first_use=args.trust_on_first_use,
+                               state_file=_state_file(args))
+        verifier.pin(lambda: api.ok("/log/key").text)
+    except ConfigError as e:
+        raise CliError(2, f"{e}; see --log-key and --trust-on-first-use") from e
+    return verifier
+
+
+def verified_record(api: ApiClient, verifier, stream: str, seq: int, wait_s: float):
+    """Record ``seq`` of ``stream`` from its bundle, verified (waiting up to ``wait_s`` for a
+    checkpoint that covers it): an ``evidence_contract.bundle.Verified``. A failed check is
+    ``CliError(EXIT_UNVERIFIED)``."""
+    import time
+
+    from evidence_client.errors import EvidenceUncovered, EvidenceUnverified
+    from evidence_contract.tlog import checkpoint_origin
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        snapshot = verifier.snapshot()
+        known = snapshot.get(checkpoint_origin(verifier.log_key.name, stream))
+        params = {} if known is None else {"known_size": known.size}
+        doc = api.ok(f"/streams/{stream}/records/{seq}/bundle", params).json()
+        try:
+            return verifier.check(doc, snapshot)
+        except EvidenceUncovered as e:
+            if time.monotonic() >= deadline:
+                raise CliError(EXIT_UNVERIFIED, f"{e} (waited {wait_s:g} s)") from e
+            time.sleep(0.5)
+        except EvidenceUnverified as e:
+            raise CliError(EXIT_UNVERIFIED, f"the evidence of {stream} #{seq} fails its check "
+                                            f"({type(e).__name__}): {e}") from e
 
 
 def fail(command: str, e: CliError) -> int:

@@ -14,7 +14,9 @@ Modules, from the outside in:
     context    stream() and call_context(): per-call stream, subject and application context
     keystore   FileKeyStore, load_kek: per-subject data keys in local files (content_policy
                "encrypt"; the sealing itself needs the [encrypt] extra)
-    replay     Replayer: clients that answer from the evidence API and never call out
+    replay     Replayer: clients that answer from the evidence API and never call out; every
+               answer verified (record -> leaf -> inclusion -> signed checkpoint) by default
+    trust      LogVerifier: the pinned log key, required witnesses, last checkpoint per origin
     transport  capture transports for httpx2 and httpx: the one network seam
     capture    Exchange and build_event: an HTTP exchange -> CaptureEvent dict (pure)
     sizing     the size policy: which bytes are kept verbatim, truncation (pure)
@@ -29,7 +31,12 @@ from .adapters import PROMPT_KEYS, RequestFacts, ResponseFacts, Route
 from .capture import HASH_ONLY, VALUE, Exchange, build_event
 from .context import CallContext, Chunk, call_context, current_call, current_stream, stream
 from .errors import (
+    CheckpointRolledBack,
     ConfigError,
+    EvidenceTampered,
+    EvidenceUncovered,
+    EvidenceUnverified,
+    EvidenceUnwitnessed,
     GatewayError,
     ProducerError,
     QueueFull,
@@ -38,20 +45,27 @@ from .errors import (
     SpoolLockedError,
 )
 from .recorder import LIBRARY, Metrics, Recorder
-from .replay import ReplayErased, ReplayError, ReplayMiss, Replayer
+from .replay import ReplayErased, ReplayError, ReplayMiss, ReplayRedacted, Replayer
 from .sizing import DEFAULT_MAX_VERBATIM_BYTES
 from .spool import Spool, SpoolEntry
 from .transport import transport_classes
+from .trust import LogVerifier
 
 __all__ = [
     "CallContext",
+    "CheckpointRolledBack",
     "Chunk",
     "ConfigError",
     "DEFAULT_MAX_VERBATIM_BYTES",
+    "EvidenceTampered",
+    "EvidenceUncovered",
+    "EvidenceUnverified",
+    "EvidenceUnwitnessed",
     "Exchange",
     "GatewayError",
     "HASH_ONLY",
     "LIBRARY",
+    "LogVerifier",
     "Metrics",
     "PROMPT_KEYS",
     "ProducerError",
@@ -61,6 +75,7 @@ __all__ = [
     "ReplayErased",
     "ReplayError",
     "ReplayMiss",
+    "ReplayRedacted",
     "Replayer",
     "RequestFacts",
     "ResponseFacts",

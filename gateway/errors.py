@@ -7,8 +7,15 @@
         │                         have recorded, so no call goes unrecorded without a sign
         ├── SpoolError            the local spool cannot be opened or written
         │   └── SpoolLockedError  another Recorder holds the spool directory
-        └── ProducerError         Kafka refused or failed a produce; ``.code`` keeps librdkafka's
-            └── QueueFull         the producer's local queue is full (confluent-kafka BufferError)
+        ├── ProducerError         Kafka refused or failed a produce; ``.code`` keeps librdkafka's
+        │   └── QueueFull         the producer's local queue is full (confluent-kafka BufferError)
+        └── ReplayError           the evidence API could not answer a read (replay.py adds
+            │                     ReplayMiss, ReplayErased, ReplayRedacted under it)
+            └── EvidenceUnverified   what it served failed the reader's check: never handed out
+                ├── EvidenceTampered       a signature, hash, proof or digest does not hold
+                │   └── CheckpointRolledBack   older than, or a fork of, a checkpoint seen before
+                ├── EvidenceUnwitnessed    fewer witness cosignatures than required
+                └── EvidenceUncovered      no signed checkpoint covers the record yet
 
 ``ConfigError`` reaches an application at construction, ``SpoolError``/``ProducerError`` from
 an explicit ``Recorder.start()``, and ``RecorderUnavailable`` from a call through a capture
@@ -21,11 +28,17 @@ from __future__ import annotations
 from evidence_contract import EvidenceError
 
 __all__ = [
+    "CheckpointRolledBack",
     "ConfigError",
+    "EvidenceTampered",
+    "EvidenceUncovered",
+    "EvidenceUnverified",
+    "EvidenceUnwitnessed",
     "GatewayError",
     "ProducerError",
     "QueueFull",
     "RecorderUnavailable",
+    "ReplayError",
     "SpoolError",
     "SpoolLockedError",
 ]
@@ -67,3 +80,30 @@ class ProducerError(GatewayError):
 
 class QueueFull(ProducerError):
     """The producer's in-memory queue is full; the capture goes to the spool instead."""
+
+
+class ReplayError(GatewayError):
+    """The evidence API could not answer a replay (unreachable, unauthorised, failing)."""
+
+
+class EvidenceUnverified(ReplayError):
+    """What the evidence API served did not pass the reader's check, so it is not handed out:
+    the root of the verification errors (``evidence_contract.bundle.Unverified``)."""
+
+
+class EvidenceTampered(EvidenceUnverified):
+    """A check failed: a signature, a hash, a proof or a digest. What the API served is not
+    what the log sealed and signed; the projection (or the API) has been altered."""
+
+
+class CheckpointRolledBack(EvidenceTampered):
+    """The log's checkpoint is older than, or forks from, one this reader verified before."""
+
+
+class EvidenceUnwitnessed(EvidenceUnverified):
+    """The checkpoint lacks the witness cosignatures the reader requires."""
+
+
+class EvidenceUncovered(EvidenceUnverified):
+    """No signed checkpoint covered the record within the reader's wait (one is signed
+    every few seconds; the record may be newer than the latest)."""

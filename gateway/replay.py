@@ -51,17 +51,14 @@ from typing import Any
 from evidence_contract import content_key
 
 from .context import current_call, current_stream
-from .errors import ConfigError, GatewayError
+from .errors import ConfigError, EvidenceTampered, EvidenceUncovered, ReplayError
+from .trust import LogVerifier
 
-__all__ = ["ReplayErased", "ReplayError", "ReplayMiss", "Replayer"]
+__all__ = ["ReplayErased", "ReplayError", "ReplayMiss", "ReplayRedacted", "Replayer"]
 
 # Headers of the evidence API's answer passed on to the application with the recorded bytes.
 _PASS_HEADERS = ("content-type", "evidence-stream", "evidence-seq", "evidence-record-digest",
                  "evidence-content-key", "evidence-event-id")
-
-
-class ReplayError(GatewayError):
-    """The evidence API could not answer a replay (unreachable, unauthorised, failing)."""
 
 
 class ReplayMiss(ReplayError, LookupError):
@@ -89,6 +86,19 @@ class ReplayErased(ReplayError, LookupError):
         super().__init__(f"the recorded response for {method} {url} was erased{when}{under}"
                          f"{whose}: the key that sealed it is destroyed; replay never calls "
                          f"the provider")
+
+
+class ReplayRedacted(ReplayError, LookupError):
+    """The record is on a stream the read side redacts: the API withholds its verbatim
+    bytes, so there is nothing verbatim to replay (the masked bytes are not the recording).
+    Its place in the signed log was verified (``stream``, ``seq``)."""
+
+    def __init__(self, method: str, url: str, stream: str, seq: int) -> None:
+        self.stream, self.seq = stream, seq
+        super().__init__(f"the recorded response for {method} {url} is {stream} #{seq}, on a "
+                         f"stream the evidence API redacts: its verbatim bytes are withheld, "
+                         f"and masked bytes are not the recording; replay it where the "
+                         f"redaction policy does not apply")
 
 
 def _erased_answer(api_response: Any) -> dict[str, Any] | None:
@@ -119,9 +129,8 @@ def _is_miss(api_response: Any) -> bool:
         return False
 
 
-def _answer(mod: Any, api_response: Any, key_hex: str, request: Any, keys: Any = None) -> Any:
-    """``api_response`` as the application's response; with ``keys`` (a SubjectKeys) the
-    recorded bytes are an envelope, opened here."""
+def _check_status(api_response: Any, key_hex: str, request: Any) -> None:
+    """Raise the ReplayError a non-200 answer of the evidence API means."""
     if api_response.status_code == 404 and _is_miss(api_response):
         raise ReplayMiss(key_hex, request.method, str(request.url))
     erased = _erased_answer(api_response)
@@ -136,19 +145,69 @@ def _answer(mod: Any, api_response: Any, key_hex: str, request: Any, keys: Any =
         raise ReplayError(f"evidence API at {api_response.url.copy_with(path='/')} answered "
                           f"{api_response.status_code} for /replay/{key_hex} (is api_url the "
                           f"evidence API, and is the key valid?): {api_response.text[:300]}")
+
+
+def _open(keys: Any, content: bytes, stream: str, event_id: str, key_hex: str) -> bytes:
+    """An encrypted record's response envelope, opened with the subject's key."""
+    from evidence_contract.sealing import OpenError
+
+    try:
+        return keys.open(content, stream, event_id, "response_bytes")
+    except OpenError as e:
+        raise ReplayError(f"the recorded response for /replay/{key_hex} does not open with "
+                          f"key {keys.key_id}: {e}") from None
+
+
+def _answer(mod: Any, api_response: Any, key_hex: str, request: Any, keys: Any = None) -> Any:
+    """An unverified answer (``verify=False``) as the application's response; with ``keys``
+    (a SubjectKeys) the recorded bytes are an envelope, opened here."""
+    _check_status(api_response, key_hex, request)
     headers = [(k, v) for k, v in api_response.headers.items() if k.lower() in _PASS_HEADERS]
     content = api_response.content
     if keys is not None:
-        from evidence_contract.sealing import OpenError
-
-        try:
-            content = keys.open(content, api_response.headers.get("evidence-stream", ""),
-                                api_response.headers.get("evidence-event-id", ""),
-                                "response_bytes")
-        except OpenError as e:
-            raise ReplayError(f"the recorded response for /replay/{key_hex} does not open with "
-                              f"key {keys.key_id}: {e}") from None
+        content = _open(keys, content, api_response.headers.get("evidence-stream", ""),
+                        api_response.headers.get("evidence-event-id", ""), key_hex)
     return mod.Response(200, headers=headers, content=content, request=request)
+
+
+def _bundle_doc(api_response: Any, key_hex: str, request: Any) -> dict[str, Any]:
+    _check_status(api_response, key_hex, request)
+    try:
+        doc = api_response.json()
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise EvidenceTampered(f"the evidence API's bundle for /replay/{key_hex} is not a JSON "
+                               f"object")
+    return doc
+
+
+def _verified_answer(mod: Any, doc: dict[str, Any], verified: Any, key_hex: str,
+                     request: Any, keys: Any) -> Any:
+    """The application's response from a verified bundle: the response bytes are the
+    verified record's own, never a copy the API served beside them."""
+    if verified.record is None:
+        raise ReplayRedacted(request.method, str(request.url), verified.stream, verified.seq)
+    body, seal = verified.body, verified.decoded["seal"]
+    if body["outcome"] != "COMMITTED":
+        raise EvidenceTampered(f"the evidence API answered /replay/{key_hex} with "
+                               f"{verified.stream} #{verified.seq}, a {body['outcome']} record")
+    content = body["response_bytes"]
+    if content is None:
+        raise ReplayError(f"the recorded response for {request.method} {request.url} "
+                          f"({verified.stream} #{verified.seq}) was not kept verbatim (the "
+                          f"record keeps its digests only): nothing to replay")
+    if keys is not None:
+        content = _open(keys, bytes(content), verified.stream, body["event_id"], key_hex)
+    ctype = doc.get("content_type")
+    cp = verified.checkpoint
+    headers = [("content-type", ctype if isinstance(ctype, str) and ctype.isprintable()
+                else "application/octet-stream"),
+               ("evidence-stream", verified.stream), ("evidence-seq", str(verified.seq)),
+               ("evidence-record-digest", bytes(seal["record_digest"]).hex()),
+               ("evidence-content-key", key_hex), ("evidence-event-id", body["event_id"]),
+               ("evidence-verified", f"{cp.origin} {cp.size}")]
+    return mod.Response(200, headers=headers, content=bytes(content), request=request)
 
 
 class _Sealed:
@@ -176,7 +235,10 @@ class Replayer:
     """
 
     def __init__(self, api_url: str, api_key: str, *, stream: str | None = None,
-                 timeout: float = 10.0, key_store: Any = None, key_cache_s: float = 5.0):
+                 timeout: float = 10.0, key_store: Any = None, key_cache_s: float = 5.0,
+                 log_key: Any = None, witnesses: Any = (), min_witnesses: int | None = None,
+                 trust_on_first_use: bool = False, verify: bool = True,
+                 checkpoint_wait_s: float = 15.0, state_file: Any = None):
         if key_store is not None:
             try:
                 from evidence_contract import sealing  # noqa: F401 - needs the [encrypt] extra
@@ -185,9 +247,15 @@ class Replayer:
                                   "(the cryptography package)") from e
         if key_cache_s < 0:
             raise ConfigError(f"key_cache_s must be >= 0, not {key_cache_s!r}")
+        if not checkpoint_wait_s >= 0:
+            raise ConfigError(f"checkpoint_wait_s must be >= 0, not {checkpoint_wait_s!r}")
         self.api_url = api_url.rstrip("/")
         self.stream = stream
         self.key_store = key_store
+        self.verifier = LogVerifier(log_key, witnesses=witnesses, min_witnesses=min_witnesses,
+                                    trust_on_first_use=trust_on_first_use,
+                                    state_file=state_file) if verify else None
+        self._checkpoint_wait_s = checkpoint_wait_s
         self._key_cache_s = key_cache_s
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._params = {"stream": stream} if stream else {}
@@ -284,17 +352,104 @@ class Replayer:
                           else sealed.live[0].content_key(body).hex(),
                           request.method, str(request.url), why)
 
+    # -- verified reads ----------------------------------------------------------------
+    def _ask(self, key_hex: str, snapshot: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The path and parameters of the bundle for ``key_hex``: with the stream known, the
+        size verified last for its origin, so the answer proves consistency from it."""
+        params = dict(self._params)
+        verifier = self.verifier
+        if self.stream is not None and verifier is not None and verifier.log_key is not None:
+            from evidence_contract.tlog import checkpoint_origin
+
+            known = snapshot.get(checkpoint_origin(verifier.log_key.name, self.stream))
+            if known is not None:
+                params["known_size"] = known.size
+        return f"/replay/{key_hex}/bundle", params
+
+    def _wait(self, deadline: float, e: EvidenceUncovered) -> float:
+        """Seconds to wait before asking again for a record no checkpoint covers yet."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EvidenceUncovered(f"{e} (waited {self._checkpoint_wait_s:g} s: "
+                                    f"checkpoint_wait_s)") from e
+        return min(0.5, left)
+
+    def _verified_fetch(self, request: Any, mod: Any, key_hex: str, keys: Any) -> Any:
+        api = self._sync_client()
+        verifier = self.verifier
+        verifier.pin(lambda: self._get(api, "/log/key", {}).text)
+        deadline = time.monotonic() + self._checkpoint_wait_s
+        while True:
+            snapshot = verifier.snapshot()
+            path, params = self._ask(key_hex, snapshot)
+            doc = _bundle_doc(self._get(api, path, params), key_hex, request)
+            want = verifier.wants_consistency(doc, snapshot)
+            if want is not None:
+                doc["consistency"] = self._consistency(self._get(api, *_consistency_ask(want)))
+            try:
+                verified = verifier.check(doc, snapshot, content_key=bytes.fromhex(key_hex))
+            except EvidenceUncovered as e:
+                time.sleep(self._wait(deadline, e))
+                continue
+            return _verified_answer(mod, doc, verified, key_hex, request, keys)
+
+    async def _averified_fetch(self, request: Any, mod: Any, api: Any, key_hex: str,
+                               keys: Any) -> Any:
+        import asyncio
+
+        verifier = self.verifier
+        if verifier.log_key is None:
+            verifier.pin(lambda: self._get(self._sync_client(), "/log/key", {}).text)
+        deadline = time.monotonic() + self._checkpoint_wait_s
+        while True:
+            snapshot = verifier.snapshot()
+            path, params = self._ask(key_hex, snapshot)
+            doc = _bundle_doc(await self._aget(api, path, params), key_hex, request)
+            want = verifier.wants_consistency(doc, snapshot)
+            if want is not None:
+                doc["consistency"] = self._consistency(await self._aget(api, *_consistency_ask(want)))
+            try:
+                verified = verifier.check(doc, snapshot, content_key=bytes.fromhex(key_hex))
+            except EvidenceUncovered as e:
+                await asyncio.sleep(self._wait(deadline, e))
+                continue
+            return _verified_answer(mod, doc, verified, key_hex, request, keys)
+
+    def _get(self, api: Any, path: str, params: dict[str, Any]) -> Any:
+        try:
+            return api.get(path, params=params)
+        except Exception as e:  # noqa: BLE001 - any transport failure to the API
+            raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
+
+    async def _aget(self, api: Any, path: str, params: dict[str, Any]) -> Any:
+        try:
+            return await api.get(path, params=params)
+        except Exception as e:  # noqa: BLE001
+            raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
+
+    @staticmethod
+    def _consistency(answer: Any) -> dict[str, Any]:
+        if answer.status_code != 200:
+            raise ReplayError(f"the evidence API answered {answer.status_code} for a "
+                              f"consistency proof: {answer.text[:300]}")
+        try:
+            return answer.json()
+        except ValueError:
+            raise EvidenceTampered("the evidence API's consistency proof is not JSON") from None
+
+    # -- the transports' entry points ----------------------------------------------------
     def fetch(self, request: Any, mod: Any) -> Any:
-        """The recorded answer to ``request`` as a ``mod.Response``; raises ReplayMiss
-        (nothing recorded) or ReplayErased (recorded, and erased)."""
+        """The recorded answer to ``request`` as a ``mod.Response``, verified unless the
+        Replayer was made with ``verify=False``; raises ReplayMiss (nothing recorded),
+        ReplayErased (recorded, and erased), ReplayRedacted (withheld by the read side's
+        redaction) or an EvidenceUnverified (it failed its check: never the bytes)."""
         body = request.read()
         sealed, plan = self._plan(request, body)
         for key_hex, keys in plan:
             try:
-                answer = self._sync_client().get(f"/replay/{key_hex}", params=self._params)
-            except Exception as e:  # noqa: BLE001 - any transport failure to the API
-                raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
-            try:
+                if self.verifier is not None:
+                    return self._verified_fetch(request, mod, key_hex, keys)
+                answer = self._get(self._sync_client(), f"/replay/{key_hex}", self._params)
                 return _answer(mod, answer, key_hex, request, keys)
             except ReplayMiss:
                 if sealed is None:
@@ -308,10 +463,9 @@ class Replayer:
         sealed, plan = self._plan(request, body)
         for key_hex, keys in plan:
             try:
-                answer = await api.get(f"/replay/{key_hex}", params=self._params)
-            except Exception as e:  # noqa: BLE001
-                raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
-            try:
+                if self.verifier is not None:
+                    return await self._averified_fetch(request, mod, api, key_hex, keys)
+                answer = await self._aget(api, f"/replay/{key_hex}", self._params)
                 return _answer(mod, answer, key_hex, request, keys)
             except ReplayMiss:
                 if sealed is None:
@@ -371,6 +525,11 @@ class Replayer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _consistency_ask(want: tuple[str, int, int]) -> tuple[str, dict[str, Any]]:
+    stream, first, second = want
+    return f"/streams/{stream}/proof/consistency", {"first": first, "second": second}
 
 
 def _module(flavor: str) -> Any:

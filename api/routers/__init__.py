@@ -1,6 +1,8 @@
 """The API's routes, one :class:`fastapi.APIRouter` per resource.
 
     replay       POST /replay/verify, GET /replay/{content_key_hex}
+    bundles      GET /replay/{content_key_hex}/bundle, /streams/{stream}/records/{seq}/bundle:
+                 a record with its proofs, for readers that verify
     records      GET /streams, /streams/{stream}, /streams/{stream}/records[/{seq}],
                  /events/{event_id}
     audit        GET /streams/{stream}/audit
@@ -15,9 +17,9 @@
 are matched in and listed in the OpenAPI document.
 """
 
-from . import admin, audit, fidelity, operations, records, replay, tlog
+from . import admin, audit, bundles, fidelity, operations, records, replay, tlog
 
-__all__ = ["ROUTERS", "admin", "audit", "fidelity", "operations", "records", "replay", "tlog"]
+__all__ = ["ROUTERS", "admin", "audit", "bundles", "fidelity", "operations", "records", "replay", "tlog"]
 
-ROUTERS = (replay.router, records.router, audit.router, fidelity.router, tlog.router,
+ROUTERS = (replay.router, bundles.router, records.router, audit.router, fidelity.router, tlog.router,
            admin.router, operations.router)

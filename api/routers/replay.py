@@ -20,13 +20,14 @@ from ..deps import Caller, Db, Metrics, not_found
 from ..errors import Erased, InvalidRequest
 from ..models import MAX_SEQ, STREAM_PATTERN, VerifyRequest, VerifyResponse, erased_of
 from ..responses import BODY_ERRORS, ERASED, ERRORS
+from ..evidence import served
 from ..verify import Original, VerifyResult, verify
 
-__all__ = ["replay_serve", "replay_verify", "router"]
+__all__ = ["HEX_KEY", "replay_serve", "replay_verify", "router"]
 
 router = APIRouter(tags=["replay"])
 
-_HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
+HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
 # A recorded Content-Type is echoed only if it is a plain header value.
 _SAFE_HEADER = re.compile(r"[\x20-\x7e]{1,256}")
 
@@ -74,8 +75,12 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
     `reason` that says so, never a mismatch.
 
     The record is named by `stream` + `seq` (a JSON integer >= 1) or by `event_id` (a
-    lowercase UUIDv7), never both; exactly one of `replayed_output` or
-    `replayed_response_b64` is given. The body may be up to 8 MiB by default
+    lowercase UUIDv7), never both. By `event_id` it is the original among the streams the
+    key may read (the first by the record contract's order, never a later copy sealed
+    under the same id), and the answer's `Evidence-Event-Copies` header counts the other
+    records there with that id, `Evidence-Event-Is-Copy` says whether the one compared is
+    itself a flagged copy (its original outside the key's streams). Exactly one of
+    `replayed_output` or `replayed_response_b64` is given. The body may be up to 8 MiB by default
     (`EVIDENCE_API_MAX_VERIFY_BYTES`): room for a replayed response of 6 MiB as base64.
     A larger body is a 413 `too_large`, answered from its Content-Length before it is
     read; compare `replayed_output` instead, or raise the limit. A body that takes longer
@@ -100,7 +105,13 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
     else:
         result = verify(original, body.replayed_output, body.response_bytes)
     metrics.count_verify(result.outcome)
-    return Response(json.dumps(result.to_dict()).encode(), media_type="application/json")
+    # By event id, the row is the original (api.db: the first by the contract's order, never
+    # a copy) and ends with EVENT_COLUMNS: say whether other records carry the id.
+    headers = None if body.event_uuid is None else {
+        "Evidence-Event-Copies": str(row[-2]),
+        "Evidence-Event-Is-Copy": "true" if row[-1] else "false"}
+    return Response(json.dumps(result.to_dict()).encode(), media_type="application/json",
+                    headers=headers)
 
 
 @router.get("/replay/{content_key_hex}", responses={
@@ -110,7 +121,8 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
 async def replay_serve(
     content_key_hex: Annotated[str, Path(
         description="hex content_key (64 digits)",
-        json_schema_extra={"pattern": "^" + _HEX_KEY.pattern + "$"})],
+        json_schema_extra={"pattern": "^" + HEX_KEY.pattern + "$"})],
+    request: Request,
     key: Caller,
     db: Db,
     stream: Annotated[str | None, Query(pattern=STREAM_PATTERN,
@@ -121,10 +133,15 @@ async def replay_serve(
     """The response bytes of the earliest COMMITTED record with this content key among
     the streams the key may read, exactly as recorded. Never calls a provider.
     Headers name the record: Evidence-Stream, Evidence-Seq, Evidence-Record-Digest,
-    Evidence-Content-Key, Evidence-Event-Id. For an encrypted stream the content key is
+    Evidence-Content-Key, Evidence-Event-Id. The row is checked against its sealed record
+    first; one that disagrees is served from the log instead (`Evidence-Source: log`,
+    `Evidence-Finding: projection_altered`, and a finding on the stream); 503 when the log
+    cannot be read then. On a stream the read side redacts, the bytes are masked
+    (`Evidence-Redacted: true`): not the recording. To verify what is served without
+    trusting the API, use `GET /replay/{content_key_hex}/bundle`. For an encrypted stream the content key is
     the keyed one and the body is the sealed envelope (the Replayer opens it with the
     subject's key); 410 `erased` when that key was erased."""
-    if not _HEX_KEY.fullmatch(content_key_hex):
+    if not HEX_KEY.fullmatch(content_key_hex):
         raise InvalidRequest("content_key_hex must be 64 hex digits (a SHA-256 content key)")
     if seq is not None and stream is None:
         raise InvalidRequest("seq needs stream: give both, or neither")
@@ -134,15 +151,22 @@ async def replay_serve(
     row = await db.replay(ck, key.scope, stream, seq)
     if row is None:
         raise not_found(f"committed record with content key {ck.hex()}")
-    r_stream, r_seq, digest, event_id, content_type, body = row[:6]
     erased = erased_of(row, 6)
     if erased is not None:
-        raise Erased(f"record {r_stream} #{r_seq}", *erased)
+        raise Erased(f"record {row[0]} #{row[1]}", *erased)
+    redaction = await db.redaction()
+    checked = await served(request.app, row, ck, redaction)
+    content_type = checked.content_type
     if not content_type or not _SAFE_HEADER.fullmatch(content_type):
         content_type = "application/octet-stream"
-    return Response(bytes(body), headers={
+    headers = {
         "content-type": content_type,
-        "Evidence-Stream": r_stream, "Evidence-Seq": str(r_seq),
-        "Evidence-Record-Digest": bytes(digest).hex(), "Evidence-Content-Key": ck.hex(),
-        "Evidence-Event-Id": str(event_id),
-    })
+        "Evidence-Stream": checked.stream, "Evidence-Seq": str(checked.seq),
+        "Evidence-Record-Digest": checked.record_digest.hex(), "Evidence-Content-Key": ck.hex(),
+        "Evidence-Event-Id": checked.event_id, "Evidence-Source": checked.source,
+    }
+    if redaction is not None and not checked.encrypted and redaction.covers(checked.stream):
+        headers["Evidence-Redacted"] = "true"
+    if checked.problem is not None:
+        headers["Evidence-Finding"] = "projection_altered"
+    return Response(checked.response or b"", headers=headers)

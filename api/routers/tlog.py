@@ -50,15 +50,15 @@ from ..errors import (
 from ..models import MAX_SEQ, ConsistencyProof, CosignatureAccepted, ErrorBody, InclusionProof
 from ..responses import BODY_ERRORS, ERRORS, PUBLIC_ERRORS
 
-__all__ = ["get_checkpoint", "get_log_key", "post_cosignature", "prove_consistency",
-           "prove_inclusion", "router"]
+__all__ = ["MAX_COSIGNATURES", "get_checkpoint", "get_log_key", "node_lookup",
+           "post_cosignature", "prove_consistency", "prove_inclusion", "router"]
 
 router = APIRouter(tags=["verifiable log"])
 
 TreeSize = Annotated[int | None, Query(ge=1, le=MAX_SEQ, description=(
     "a tree size; default: the latest checkpoint's"))]
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}
-_MAX_COSIGNATURES = MAX_SIGNATURES - 1  # a note holds at most 100 lines, one is the log's
+MAX_COSIGNATURES = MAX_SIGNATURES - 1  # a note holds at most 100 lines, one is the log's
 _NOTE_BYTES = 64 << 10
 _COSIGNED_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"text/plain": {
     "schema": {"type": "string", "maxLength": _NOTE_BYTES,
@@ -74,7 +74,7 @@ async def _latest(db: Db, stream: str) -> tuple[int, bytes, bytes]:
     return cp
 
 
-async def _lookup(db: Db, stream: str, wanted: list[tuple[int, int]], size: int):
+async def node_lookup(db: Db, stream: str, wanted: list[tuple[int, int]], size: int):
     tree = await db.tree(stream)
     if tree is None or tree[0] < size:
         have = 0 if tree is None else tree[0]
@@ -100,7 +100,7 @@ async def get_checkpoint(stream: StreamId, key: Caller, db: Db,
     cosignature the log holds for it. Verify it with the key at `GET /log/key`."""
     if not key.scope.allows(stream):
         raise not_found(f"checkpoint of stream {stream}")
-    cp, lines = await db.checkpoint(stream, tree_size, _MAX_COSIGNATURES)
+    cp, lines = await db.checkpoint(stream, tree_size, MAX_COSIGNATURES)
     if cp is None:
         what = "any size" if tree_size is None else f"size {tree_size}"
         raise not_found(f"checkpoint of stream {stream} at {what}")
@@ -129,7 +129,7 @@ async def prove_inclusion(
         raise InvalidRequest(f"seq {seq} is not in a tree of {size} records (seq <= tree_size)")
     index = seq - 1
     wanted = list(dict.fromkeys([(0, index), *inclusion_nodes(index, size)]))
-    lookup = await _lookup(db, stream, wanted, size)
+    lookup = await node_lookup(db, stream, wanted, size)
     path = inclusion_proof_from(index, size, lookup)
     return {"leaf_index": index, "tree_size": size, "leaf_hash": lookup(0, index).hex(),
             "hashes": [h.hex() for h in path]}
@@ -153,7 +153,7 @@ async def prove_consistency(
     if second > latest:
         raise InvalidRequest(f"second {second} is beyond the latest checkpoint of stream "
                              f"{stream} (size {latest})")
-    lookup = await _lookup(db, stream, consistency_nodes(first, second), second)
+    lookup = await node_lookup(db, stream, consistency_nodes(first, second), second)
     proof = consistency_proof_from(first, second, lookup)
     return {"first": first, "second": second, "tree_size": second,
             "hashes": [h.hex() for h in proof]}

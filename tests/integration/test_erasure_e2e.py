@@ -53,7 +53,8 @@ def recorded(tmp_path, make_pipeline, make_recorder, fake_provider):
 
 
 def replay(p, store, fake, subject: str) -> bytes:
-    replayer = Replayer(p.api_url, p.api_key, key_store=store, key_cache_s=0)
+    replayer = Replayer(p.api_url, p.api_key, key_store=store, key_cache_s=0,
+                        log_key=p.log_key)
     client = openai.OpenAI(base_url=fake.url + "/v1", api_key="unused", max_retries=0,
                            http_client=replayer.http_client())
     with replayer, client:

@@ -134,7 +134,7 @@ def test_sdks_replay_recorded_calls_byte_for_byte_without_reaching_the_provider(
     assert len(guard.attempts) == 2
     guard.attempts.clear()
 
-    replayer = Replayer(p.api_url, p.api_key)
+    replayer = Replayer(p.api_url, p.api_key, log_key=p.log_key)
     client = openai.OpenAI(base_url=fake.url + "/v1", api_key="unused", max_retries=0,
                            http_client=replayer.http_client())
     with replayer, client:
@@ -189,7 +189,7 @@ def test_replay_without_the_api_raises_instead_of_calling_out(recorded, monkeypa
     for url, key, words in ((dead_api, p.api_key, "unreachable"),
                             (p.api_url, "wrong-key", "401")):
         client = openai.OpenAI(base_url=fake.url + "/v1", api_key="unused", max_retries=0,
-                               http_client=Replayer(url, key).http_client())
+                               http_client=Replayer(url, key, log_key=p.log_key).http_client())
         with pytest.raises(Exception) as err:
             client.chat.completions.create(**CHAT)
         cause = caused_by(err.value, ReplayError)

@@ -9,7 +9,10 @@ two body routes document 408 and 413 (api.limits), the verify body's ids and seq
 event and content-key path parameters carry their patterns. Issue 12 added the verifiable
 log's routes (checkpoint, proofs, log key, cosignatures) and their three schemas. Issue 14
 added the long poll on a stream's head: ``GET /streams/{stream}`` takes ``?after_seq`` and
-``?wait_ms``.
+``?wait_ms``. Trust by default: the single-record routes serve an erased record as a page does
+(no 410), a record by event id says ``copies`` and ``is_copy``, and the stream audit is
+bounded per key (429 ``TooManyBody``); the evidence bundles (a record with its checkpoint and
+proofs, for readers that verify) and their three schemas.
 """
 
 import pytest
@@ -20,6 +23,7 @@ E = "ErrorBody"
 GUARDED = {"401": E, "404": E, "422": E, "503": E}
 WITH_BODY = {**GUARDED, "408": E, "413": E}
 ERASED = {"410": "ErasedBody"}
+BUSY = {"429": "TooManyBody"}
 
 # (method, path, operationId, tags, parameters as "in:name", response status -> schema or
 # media type, needs the API key). In the order of the document, which is the match order.
@@ -29,6 +33,14 @@ OPERATIONS = [
     ("GET", "/replay/{content_key_hex}", "replay_serve_replay__content_key_hex__get",
      ["replay"], ("path:content_key_hex", "query:seq", "query:stream"),
      {"200": "application/octet-stream", **GUARDED, **ERASED}, True),
+    ("GET", "/replay/{content_key_hex}/bundle",
+     "replay_bundle_replay__content_key_hex__bundle_get", ["verifiable log"],
+     ("path:content_key_hex", "query:known_size", "query:stream"),
+     {"200": "EvidenceBundle", **GUARDED, **ERASED}, True),
+    ("GET", "/streams/{stream}/records/{seq}/bundle",
+     "record_bundle_streams__stream__records__seq__bundle_get", ["verifiable log"],
+     ("path:seq", "path:stream", "query:known_size"),
+     {"200": "EvidenceBundle", **GUARDED, **ERASED}, True),
     ("GET", "/streams", "list_streams_streams_get", ["records"], ("query:after", "query:limit"),
      {"200": "StreamList", **GUARDED}, True),
     ("GET", "/streams/{stream}", "get_stream_streams__stream__get", ["records"],
@@ -39,11 +51,12 @@ OPERATIONS = [
      {"200": "RecordPage", **GUARDED}, True),
     ("GET", "/streams/{stream}/records/{seq}", "get_record_streams__stream__records__seq__get",
      ["records"], ("path:seq", "path:stream", "query:include"),
-     {"200": "RecordOut", **GUARDED, **ERASED}, True),
+     {"200": "RecordOut", **GUARDED}, True),
     ("GET", "/events/{event_id}", "get_event_events__event_id__get", ["records"],
-     ("path:event_id", "query:include"), {"200": "RecordOut", **GUARDED, **ERASED}, True),
+     ("path:event_id", "query:include"), {"200": "RecordOut", **GUARDED}, True),
     ("GET", "/streams/{stream}/audit", "audit_stream_streams__stream__audit_get",
-     ["verification"], ("path:stream",), {"200": "application/json", **GUARDED}, True),
+     ["verification"], ("path:stream",), {"200": "application/json", **GUARDED, **BUSY},
+     True),
     ("GET", "/streams/{stream}/records/{seq}/fidelity",
      "record_fidelity_streams__stream__records__seq__fidelity_get", ["verification"],
      ("path:seq", "path:stream"), {"200": "application/json", **GUARDED}, True),
@@ -75,9 +88,13 @@ OPERATIONS = [
 ]
 
 SCHEMAS = {
+    "BundleConsistency": ("first", "second", "hashes"),
+    "BundleInclusion": ("leaf_index", "tree_size", "hashes"),
     "ConsistencyProof": ("first", "second", "tree_size", "hashes"),
     "CosignatureAccepted": ("stream", "tree_size", "witnesses"),
     "ErasedBody": ("error", "message", "erased_at", "request_id"),
+    "EvidenceBundle": ("stream", "seq", "event_id", "content_type", "content", "record_b64",
+                       "leaf_hash", "source", "checkpoint", "inclusion", "consistency"),
     "ErasureOut": ("erased_at", "erased_at_us", "request_id"),
     "ErasureAccepted": ("request_id", "key_ids", "erased_at", "status"),
     "ErrorBody": ("error", "message"),
@@ -95,7 +112,7 @@ SCHEMAS = {
                   "request_length", "response_length", "log", "content", "key_id", "erasure",
                   "request_b64", "response_b64",
                   "error_b64", "input_b64", "prompt_b64", "record_b64", "record_sha256",
-                  "record_leaf_hash"),
+                  "record_leaf_hash", "copies", "is_copy"),
     "RecordPage": ("stream", "records", "next_after_seq"),
     "Replay": ("seed", "temperature", "top_p", "deterministic"),
     "StreamDetail": ("stream", "head_seq", "head_digest", "record_count", "first_at",
@@ -103,6 +120,7 @@ SCHEMAS = {
     "StreamList": ("streams", "next_after"),
     "StreamSummary": ("stream", "head_seq", "head_digest", "record_count", "first_at",
                       "last_at"),
+    "TooManyBody": ("error", "message", "limit", "setting"),
     "VerifyResponse": ("match", "original_hash", "replay_hash", "compared", "deterministic",
                        "model_version", "stream", "seq", "reason"),
 }
@@ -179,3 +197,10 @@ def test_id_path_parameters_carry_their_patterns(spec):
         "^[0-9a-fA-F]{64}$"
     assert param("/streams/{stream}", "stream")["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
     assert param("/streams/{stream}/records/{seq}", "seq")["minimum"] == 1
+
+
+def test_the_audit_documents_its_per_key_bound(spec):
+    busy = spec["paths"]["/streams/{stream}/audit"]["get"]["responses"]["429"]
+    assert "Retry-After" in busy["headers"]
+    assert "EVIDENCE_API_MAX_AUDITS_PER_KEY" in \
+        spec["paths"]["/streams/{stream}/audit"]["get"]["description"]

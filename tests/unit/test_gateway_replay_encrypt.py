@@ -50,7 +50,7 @@ def store(tmp_path):
 
 
 def replayer_for(api: FakeApi, **kw) -> Replayer:
-    r = Replayer("http://evidence.test", "k", **kw)
+    r = Replayer("http://evidence.test", "k", verify=False, **kw)
     r._sync = httpx.Client(base_url="http://evidence.test", transport=httpx.MockTransport(api))
     return r
 
@@ -160,7 +160,7 @@ def test_an_envelope_that_does_not_open_is_a_replay_error(store):
 def test_async_clients_open_envelopes_too(store):
     api = FakeApi()
     record(api, store, "user-ada")
-    r = Replayer("http://evidence.test", "k", key_store=store)
+    r = Replayer("http://evidence.test", "k", key_store=store, verify=False)
     r._new_async_client = lambda: httpx.AsyncClient(  # type: ignore[method-assign]
         base_url="http://evidence.test", transport=httpx.MockTransport(api))
 
