@@ -71,7 +71,7 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
          "bootstrap": pick(args.bootstrap, "EVIDENCE_KAFKA_BOOTSTRAP"),
          "prefix": pick(args.topic_prefix, "EVIDENCE_TOPIC_PREFIX", "evidence"),
          # The key replays are verified against: the stack's, as `make up` wrote it.
-         "log_key": pick(None, "EVIDENCE_LOG_VERIFIER_KEY_FILE"),
+         "log_key": _log_key(stack),
          "logs": str(stack_cfg.services_dir), "kafka_log": str(stack_cfg.kafka_log)}
     missing = [name for name, var in (("API URL", "api"), ("API key", "key"),
                                       ("Kafka bootstrap", "bootstrap")) if not s[var]]
@@ -79,6 +79,17 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
         raise DemoError(f"no {', '.join(missing)}: run `make up` (it writes .stack/env), or "
                         f"set EVIDENCE_API_URL, EVIDENCE_API_KEY and EVIDENCE_KAFKA_BOOTSTRAP")
     return s
+
+
+def _log_key(stack: dict[str, str]) -> Any:
+    """The log's verifier key as the operator holds it (``cli.tlog.log_key`` without asking
+    the API), or None."""
+    from cli.tlog import CliError, log_key
+
+    try:
+        return log_key(None, stack, None)[0]
+    except CliError as e:
+        raise DemoError(str(e)) from e
 
 
 def _say(text: str = "") -> None:

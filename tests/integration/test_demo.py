@@ -38,9 +38,23 @@ def test_demo_records_verifies_and_replays_on_the_stack(make_pipeline, tmp_path)
     assert [r["outcome"] for r in records] == ["COMMITTED"] * 3
     assert [r["streamed"] for r in records] == [False, True, False]
 
+    assert "verified before it was handed out: in the checkpoint" in out
+
+    # Someone with database access alters the recorded answer the demo replays (record 1,
+    # the earliest with its content key): the API serves the log's bytes, reports it, and the
+    # demo works as before.
+    import psycopg
+
+    with psycopg.connect(p.projection.database_url, autocommit=True) as conn:
+        conn.execute(f'update "{p.projection.views_schema}".records set response_bytes = '
+                     f"response_bytes || 'x'::bytea where stream = 'demo:test' and seq = 1")
+
     # Again: new records after the old ones, and the same verdicts.
     again = demo(env, "--stream", "demo:test")
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "byte for byte what the provider sent: yes" in again.stdout
+    findings = p.api.get("/streams/demo:test").json()["findings"]
+    assert ("projection_altered", 1) in [(f["kind"], f["seq"]) for f in findings]
     assert "=== Replay MATCH (stream=demo:test seq=4) ===" in again.stdout
     assert "=== Replay MISMATCH (stream=demo:test seq=4) ===" in again.stdout
 
