@@ -27,6 +27,10 @@
     EVIDENCE_API_MAX_HEADER_BYTES  largest request head, line and headers (default 16 KiB)
     EVIDENCE_API_MAX_WAIT_MS     longest ``GET /streams/{s}?after_seq=&wait_ms=`` waits for the
                                  head to move, whatever it asks (default 5000; 0: never waits)
+    EVIDENCE_API_MAX_AUDITS_PER_KEY  ``GET /streams/{s}/audit`` requests one API key may have in
+                                 progress in each server process (default 2); one more is a
+                                 429 with Retry-After (api.limits.PerKeyLimit), so one key's
+                                 audits hold at most that many pooled connections
     EVIDENCE_LOG_NAME            the log's (and its key's) name (default
                                  ``evidence-store.local/log``)
     EVIDENCE_LOG_VERIFIER_KEY_FILE  the log's note verifier key (``GET /log/key``, and what
@@ -251,6 +255,7 @@ class Settings:
     keep_alive_timeout: float = 5.0
     max_header_bytes: int = 16 << 10
     max_wait_ms: int = 5_000
+    max_audits_per_key: int = 2
     log_name: str = DEFAULT_LOG_NAME
     log_key: VerifierKey | None = None
     witness_keys: tuple[VerifierKey, ...] = ()
@@ -267,6 +272,9 @@ class Settings:
                               f"PostgreSQL identifier (letters, digits, underscore)")
         if self.max_wait_ms < 0:
             raise ApiConfigError(f"max_wait_ms must be at least 0, not {self.max_wait_ms}")
+        if self.max_audits_per_key < 1:
+            raise ApiConfigError(f"max_audits_per_key (EVIDENCE_API_MAX_AUDITS_PER_KEY) must be "
+                                 f"at least 1, not {self.max_audits_per_key}")
         if not 1 <= self.pool_min <= self.pool_max:
             raise ApiConfigError(f"pool sizes must satisfy 1 <= min ({self.pool_min}) "
                               f"<= max ({self.pool_max})")
@@ -298,6 +306,7 @@ class Settings:
             keep_alive_timeout=_float(env, "EVIDENCE_API_KEEP_ALIVE_TIMEOUT", 5.0),
             max_header_bytes=_int(env, "EVIDENCE_API_MAX_HEADER_BYTES", 16 << 10, low=1024),
             max_wait_ms=_int(env, "EVIDENCE_API_MAX_WAIT_MS", 5_000, low=0),
+            max_audits_per_key=_int(env, "EVIDENCE_API_MAX_AUDITS_PER_KEY", 2, low=1),
             log_name=env.get("EVIDENCE_LOG_NAME", "") or DEFAULT_LOG_NAME,
             log_key=load_log_key(env),
             witness_keys=load_witness_keys(env),

@@ -10,6 +10,7 @@ several resources share.
     Keys          the key store (``server.keystore.from_env`` of ``Settings.key_store_env``,
                   made on first use); 503 when none is configured
     Watch         the app's :class:`~api.watch.HeadWatch` (None when waits are off)
+    AuditLimit    the app's :class:`~api.limits.PerKeyLimit` of stream audits
     StreamId, Seq, IncludeBytes   path and query parameters of more than one route
 
 Nothing here holds a connection or a key of its own, so a handler can be tested alone: mount
@@ -31,14 +32,15 @@ from .auth import ApiKey
 from .config import Settings
 from .db import Database
 from .errors import Forbidden, NotFound, Unauthorized, Unavailable
+from .limits import PerKeyLimit
 from .metrics import ApiMetrics
 from .models import MAX_SEQ, STREAM_PATTERN
 from .watch import HeadWatch
 
 __all__ = [
-    "Admin", "BearerKey", "Caller", "Config", "Db", "IncludeBytes", "Keys", "Metrics", "Seq",
-    "StreamId", "Watch", "get_db", "get_key_store", "get_metrics", "get_settings", "get_watch",
-    "not_found",
+    "Admin", "AuditLimit", "BearerKey", "Caller", "Config", "Db", "IncludeBytes", "Keys",
+    "Metrics", "Seq", "StreamId", "Watch", "get_audit_limit", "get_db", "get_key_store",
+    "get_metrics", "get_settings", "get_watch", "not_found",
 ]
 
 
@@ -78,6 +80,10 @@ async def get_watch(request: Request) -> HeadWatch | None:
     return getattr(request.app.state, "watch", None)
 
 
+async def get_audit_limit(request: Request) -> PerKeyLimit:
+    return request.app.state.audit_limit
+
+
 async def get_key_store(request: Request) -> KeyStore:
     """The key store, made once per app from ``Settings.key_store_env`` (no I/O at start-up:
     a PostgreSQL store creates its tables on this first use)."""
@@ -115,6 +121,7 @@ Db = Annotated[Database, Depends(get_db)]
 Config = Annotated[Settings, Depends(get_settings)]
 Metrics = Annotated[ApiMetrics, Depends(get_metrics)]
 Watch = Annotated[HeadWatch | None, Depends(get_watch)]
+AuditLimit = Annotated[PerKeyLimit, Depends(get_audit_limit)]
 
 StreamId = Annotated[str, Path(pattern=STREAM_PATTERN, description="stream id")]
 Seq = Annotated[int, Path(ge=1, le=MAX_SEQ)]

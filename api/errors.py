@@ -12,6 +12,9 @@
         ├── PayloadTooLarge    413 too_large      the body is over its route's size limit
         ├── UnsupportedMediaType 415 unsupported_media_type  a body of another content type
         ├── InvalidRequest     422 invalid_request malformed path, query or body
+        ├── TooManyRequests    429 too_many_requests  this key already has as many of an
+        │                                         expensive request (an audit) in progress
+        │                                         as it may (Retry-After; api.limits)
         └── Unavailable        503 unavailable    the database (or Kafka, for a route that
                                                   produces) cannot answer (Retry-After)
     ApiConfigError                bad settings at start-up (never an HTTP answer)
@@ -26,7 +29,7 @@ from __future__ import annotations
 from evidence_contract import EvidenceError
 
 __all__ = ["ApiError", "ApiConfigError", "Conflict", "Erased", "Forbidden", "InvalidRequest", "NotFound",
-           "PayloadTooLarge", "RequestTimeout", "Unauthorized", "Unavailable",
+           "PayloadTooLarge", "RequestTimeout", "TooManyRequests", "Unauthorized", "Unavailable",
            "UnsupportedMediaType"]
 
 
@@ -104,6 +107,22 @@ class PayloadTooLarge(ApiError):
 
 class InvalidRequest(ApiError):
     status, code = 422, "invalid_request"
+
+
+class TooManyRequests(ApiError):
+    """The caller's key has its limit of an expensive request in progress
+    (:class:`api.limits.PerKeyLimit`): this one is refused at once, before it takes a
+    database connection, so one tenant cannot starve another's reads; retry after a moment.
+    The body adds ``limit`` (the key's allowance) and ``setting`` (what raises it)."""
+
+    status, code = 429, "too_many_requests"
+
+    def __init__(self, message: str, limit: int, setting: str, retry_after: int = 2) -> None:
+        super().__init__(message, {"Retry-After": str(retry_after)})
+        self.limit, self.setting = limit, setting
+
+    def body(self) -> dict:
+        return {**super().body(), "limit": self.limit, "setting": self.setting}
 
 
 class Unavailable(ApiError):

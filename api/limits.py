@@ -1,4 +1,5 @@
-"""Request-body limits: a size per route and a deadline for the body, before anything buffers.
+"""Request limits: a size per route and a deadline for the body, before anything buffers; and
+how many expensive requests one API key may have in progress (:class:`PerKeyLimit`).
 
 :class:`BodyLimitMiddleware` is pure ASGI and sits outside the routes, so a handler that calls
 ``await request.body()`` never holds more than its route's limit (plus one chunk):
@@ -17,18 +18,68 @@ The limits, from :class:`~api.config.Settings` (``EVIDENCE_API_MAX_BODY_BYTES`` 
 ``EVIDENCE_API_MAX_VERIFY_BYTES``), are looked up by the request's method and path: the only
 route with a limit of its own is ``POST /replay/verify``, whose ``replayed_response_b64`` is a
 whole response body in base64 (4/3 of its size).
+
+An expensive route (``GET /streams/{s}/audit``: one pooled connection for the whole stream,
+and CPU for every record) holds a :class:`PerKeyLimit` slot while it runs: a key with its
+limit already in progress is answered 429 ``too_many_requests`` with Retry-After at once,
+before the request takes a database connection, so one tenant's audits can hold at most that
+many of the pool and another tenant's reads still find a connection (without it, 200
+concurrent audits of one stream exhausted the pool: 503s, for every key).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping
 
-from .errors import PayloadTooLarge, RequestTimeout
+from .errors import PayloadTooLarge, RequestTimeout, TooManyRequests
 from .responses import error_response
 
-__all__ = ["BodyLimitMiddleware", "too_large_message"]
+__all__ = ["BodyLimitMiddleware", "PerKeyLimit", "too_large_message"]
+
+
+class PerKeyLimit:
+    """At most ``limit`` requests of one kind in progress per API key, in this process.
+
+    One more is refused at once (:class:`~api.errors.TooManyRequests`: 429, Retry-After),
+    never queued: a queue would keep the client's connection and the server's memory busy,
+    and a client told when to come back can choose. Counting needs no lock: the check and
+    the increment run with no ``await`` between them, on the one event loop of the process.
+    Each server process (``EVIDENCE_API_WORKERS``) counts its own, so a key may have up to
+    ``workers × limit`` in progress over the whole API."""
+
+    def __init__(self, what: str, limit: int, setting: str, retry_after: int = 2) -> None:
+        if limit < 1:
+            raise ValueError(f"{setting} must be at least 1, not {limit}")
+        self.what, self.limit, self.setting = what, limit, setting
+        self.retry_after = retry_after
+        self._active: dict[bytes, int] = {}
+
+    def active(self, key: Any) -> int:
+        """How many of this kind ``key`` (an :class:`~api.auth.ApiKey`) has in progress."""
+        return self._active.get(key.digest, 0)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: Any) -> AsyncIterator[None]:
+        """A slot of ``key``'s for the body of the ``async with``; 429 when it has none."""
+        ident = key.digest
+        held = self._active.get(ident, 0)
+        if held >= self.limit:
+            raise TooManyRequests(
+                f"API key {key.name!r} already has {held} {self.what} in progress, its limit "
+                f"in this server process ({self.setting}={self.limit}); retry once one has "
+                f"finished", self.limit, self.setting, self.retry_after)
+        self._active[ident] = held + 1
+        try:
+            yield
+        finally:
+            left = self._active[ident] - 1
+            if left:
+                self._active[ident] = left
+            else:
+                del self._active[ident]
 
 
 def too_large_message(limit: int, method: str, path: str) -> str:

@@ -10,9 +10,9 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from .models import ErasedBody, ErrorBody
+from .models import ErasedBody, ErrorBody, TooManyBody
 
-__all__ = ["BODY_ERRORS", "ERASED", "ERRORS", "PUBLIC_ERRORS", "error_response"]
+__all__ = ["BODY_ERRORS", "BUSY", "ERASED", "ERRORS", "PUBLIC_ERRORS", "error_response"]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (401, 404, 422, 503)}
@@ -29,6 +29,14 @@ ERASED: dict[int | str, dict[str, Any]] = {410: {
                    "of it can be served or compared; erased_at and request_id name the "
                    "erasure"}}
 """What a route that serves or compares a record's content may answer besides."""
+
+BUSY: dict[int | str, dict[str, Any]] = {429: {
+    "model": TooManyBody,
+    "description": "the API key already has its limit of this expensive request in progress "
+                   "(api.limits.PerKeyLimit); retry after Retry-After seconds",
+    "headers": {"Retry-After": {"description": "seconds to wait before retrying",
+                                "schema": {"type": "integer"}}}}}
+"""What a route bounded per key (:class:`api.limits.PerKeyLimit`) may answer besides."""
 
 PUBLIC_ERRORS: dict[int | str, dict[str, Any]] = {503: {"model": ErrorBody}}
 """What an operations route (no API key) may answer besides its 200."""

@@ -8,6 +8,15 @@ key (see :mod:`cli.tlog` for where it comes from), the proof with
 ``evidence_contract.merkle.verify_inclusion``/``verify_consistency`` against the signed roots,
 and for an inclusion the leaf hash is recomputed from the record's own bytes. Prints JSON.
 
+A record whose log message the API withholds (``record_b64`` null: a plain record of a stream
+the projection's redaction policy covers, whose message holds the unmasked content) is proven
+from the hashes served instead: the leaf is recomputed from its ``record_digest`` and
+``record_sha256`` (``evidence_contract.merkle.compose_leaf_input``), must equal the served
+``record_leaf_hash``, and must fold to the signed root; the output says so (``leaf_from``:
+``served_hashes``, and a line on stderr). That proves the record with this seq and digest is
+in the signed tree, not what its (masked) bodies say: check those against the log or an export.
+An erased record's message (ciphertext only) is served, so its leaf comes from its bytes.
+
 Exit codes: 0 verified; 1 not verified (or it could not be checked: API unreachable, no
 checkpoint of that size); 2 usage error.
 """
@@ -78,9 +87,41 @@ def _hashes(values: Any) -> list[bytes]:
         raise CliError(1, f"the API's proof is malformed: {e}") from e
 
 
-def _inclusion(api, args, key) -> dict[str, Any]:
+LEAF_FROM_BYTES, LEAF_FROM_HASHES = "record_bytes", "served_hashes"
+"""``leaf_from`` in the output: the leaf hash recomputed from the log message itself, or (the
+message withheld by redaction) from the record_digest and record_sha256 the API served."""
+
+
+def _leaf(record: dict[str, Any], seq: int) -> tuple[bytes, str, str]:
+    """The record's leaf hash, recomputed here, where it came from (``LEAF_FROM_*``) and the
+    record_digest (hex) that leaf covers."""
     from evidence_contract import DecodeError
-    from evidence_contract.merkle import record_leaf_hash, verify_inclusion
+    from evidence_contract.merkle import LEAF_LABEL, compose_leaf_input, leaf_hash, leaf_input
+
+    if record.get("record_b64"):
+        try:
+            li = leaf_input(base64.b64decode(record["record_b64"]))
+        except (DecodeError, ValueError) as e:
+            raise CliError(1, f"record {seq}'s bytes are no sealed record: {e}") from e
+        digest = li[len(LEAF_LABEL):len(LEAF_LABEL) + 32]
+        return leaf_hash(li), LEAF_FROM_BYTES, digest.hex()
+    served = record.get("record_leaf_hash")
+    if not served:
+        raise CliError(1, f"the API served neither record {seq}'s log message (record_b64) "
+                          f"nor its hashes (record_digest, record_sha256, record_leaf_hash)")
+    try:
+        leaf = leaf_hash(compose_leaf_input(bytes.fromhex(record.get("record_digest") or ""),
+                                            bytes.fromhex(record.get("record_sha256") or "")))
+    except (TypeError, ValueError) as e:
+        raise CliError(1, f"record {seq}'s served hashes are malformed: {e}") from e
+    if leaf.hex() != served:
+        raise CliError(1, f"record {seq}'s served record_leaf_hash {served} is not the leaf of "
+                          f"its record_digest and record_sha256 ({leaf.hex()})")
+    return leaf, LEAF_FROM_HASHES, record["record_digest"]
+
+
+def _inclusion(api, args, key) -> dict[str, Any]:
+    from evidence_contract.merkle import verify_inclusion
 
     params = {"seq": args.seq, **({} if args.tree_size is None else {"tree_size": args.tree_size})}
     proof = api.ok(f"/streams/{args.stream}/proof/inclusion", params).json()
@@ -89,16 +130,19 @@ def _inclusion(api, args, key) -> dict[str, Any]:
         raise CliError(1, f"the API's proof is for another leaf or size: {proof}")
     cp, cosigned = _checkpoint(api, args.stream, size, key)
     record = api.ok(f"/streams/{args.stream}/records/{args.seq}", {"include": "bytes"}).json()
-    try:
-        leaf = record_leaf_hash(base64.b64decode(record.get("record_b64") or ""))
-    except (DecodeError, ValueError) as e:
-        raise CliError(1, f"record {args.seq}'s bytes are no sealed record: {e}") from e
+    leaf, leaf_from, digest = _leaf(record, args.seq)
     if leaf.hex() != proof.get("leaf_hash"):
         raise CliError(1, f"the API's leaf hash is not the record's ({leaf.hex()})")
     verify_inclusion(args.seq - 1, size, leaf, _hashes(proof.get("hashes")), cp.root_hash)
+    if leaf_from == LEAF_FROM_HASHES:
+        print(f"evidence prove: record {args.seq} is redacted (its log message is withheld): "
+              f"the leaf came from the served record_digest and record_sha256, so this proves "
+              f"that digest is in the signed tree, not what the masked bodies say",
+              file=sys.stderr)
     return {"stream": args.stream, "seq": args.seq, "tree_size": size,
-            "leaf_hash": leaf.hex(), "root": cp.root_hash.hex(), "proof": proof["hashes"],
-            "cosignatures": cosigned}
+            "leaf_hash": leaf.hex(), "leaf_from": leaf_from,
+            "record_digest": digest, "content": record.get("content"),
+            "root": cp.root_hash.hex(), "proof": proof["hashes"], "cosignatures": cosigned}
 
 
 def _consistency(api, args, key) -> dict[str, Any]:

@@ -16,6 +16,17 @@ touches ``record_bytes`` (the log message, verbatim: the audit compares it with 
 recomputes every digest from it), the digests, the chain or anything else; an encrypted
 record (``key_id`` set) holds envelopes, nothing to mask.
 
+A *streamed* response (:func:`is_stream`: the capture's ``streamed`` flag, or a content type
+of events such as ``text/event-stream`` or NDJSON) is not masked piece by piece: its response
+and error bodies are each replaced whole by the mask. A reader joins a stream's deltas into
+the text, and what is split across deltas (``"ada.lo"`` + ``"velace@example.com"``) matches
+no pattern in any one of them, while JSON paths name fields of one document, not of the
+events of a stream; masking the deltas would serve "redacted" bodies that give the content
+back once joined. The body's digests, length and the log message's hashes still prove the
+record; its bodies are in the log for whoever may read that. (A projection built before this
+rule keeps the deltas of such records until it is rebuilt, and the audit, which recomputes
+each row with today's rule, reports them as ``projection_altered`` meanwhile: rebuild.)
+
 The policy's :attr:`Policy.digest` (SHA-256 of its canonical JSON) is stored with the
 generation it built (``redaction`` table): a rebuild re-applies the policy configured then
 (and says when it differs from the live one's), and the audit recomputes each row from its
@@ -33,11 +44,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["MASKED", "Policy", "RedactionError", "apply", "from_env", "load", "parse"]
+__all__ = ["MASKED", "STREAM_TYPES", "WHOLE_WHEN_STREAMED", "Policy", "RedactionError",
+           "apply", "from_env", "is_stream", "load", "parse"]
 
 MASKED = ("request_bytes", "response_bytes", "error_bytes", "input_bytes", "prompt_bytes",
           "params")
 """The ``records`` columns a policy masks (what the API serves as bodies)."""
+
+WHOLE_WHEN_STREAMED = ("response_bytes", "error_bytes")
+"""The columns replaced whole by the mask in a streamed record (:func:`is_stream`)."""
+
+STREAM_TYPES = frozenset({"text/event-stream", "application/x-ndjson", "application/ndjson",
+                          "application/jsonl", "application/x-jsonlines",
+                          "application/json-seq", "application/vnd.amazon.eventstream"})
+"""Response content types whose body is a sequence of events a reader joins (media type only,
+lowercase): a record with one is streamed even when its producer did not say so."""
 
 _PATH_RE = re.compile(r"\$((?:\.[A-Za-z_][A-Za-z0-9_-]*|\[\*\]|\[[0-9]+\])+)")
 _STEP_RE = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\*|[0-9]+)\]")
@@ -100,6 +121,16 @@ class Policy:
             data = rx.sub(lambda _m: mask, data)
         return data
 
+    def mask_response(self, data: bytes, streamed: bool | None,
+                      content_type: str | None) -> bytes:
+        """A response or error body of a covered plain record, masked as :func:`apply` masks
+        it: replaced whole by the mask when the record is a stream (:func:`is_stream`), else
+        :meth:`mask_bytes`. For whoever serves such a body from elsewhere than the rows (the
+        log's record in place of an altered row), so it is masked the same way."""
+        if is_stream(streamed, content_type):
+            return self.mask.encode("utf-8")
+        return self.mask_bytes(data)
+
 
 _NOT_JSON = object()
 
@@ -157,21 +188,33 @@ def from_env(env: Mapping[str, str]) -> Policy | None:
     return load(path) if path else None
 
 
+def is_stream(streamed: bool | None, content_type: str | None) -> bool:
+    """Whether a record's response is a stream of events (see the module docstring): its
+    capture says ``streamed``, or its content type is one of :data:`STREAM_TYPES`."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    return bool(streamed) or media in STREAM_TYPES
+
+
 def apply(row: tuple[Any, ...], policy: Policy | None) -> tuple[Any, ...]:
-    """``row`` (``RECORD_COLUMNS``) with :data:`MASKED` columns masked by ``policy``."""
+    """``row`` (``RECORD_COLUMNS``) with :data:`MASKED` columns masked by ``policy``; of a
+    streamed record, the :data:`WHOLE_WHEN_STREAMED` columns replaced by the mask."""
     if policy is None:
         return row
     from .rows import RECORD_COLUMNS, STREAM
 
     if row[RECORD_COLUMNS.index("key_id")] is not None or not policy.covers(row[STREAM]):
         return row
+    streamed = row[RECORD_COLUMNS.index("streamed")]
+    content_type = row[RECORD_COLUMNS.index("response_content_type")]
     out = list(row)
     for name in MASKED:
         i = RECORD_COLUMNS.index(name)
         v = out[i]
         if v is None:
             continue
-        if isinstance(v, str):
+        if name in WHOLE_WHEN_STREAMED:
+            out[i] = policy.mask_response(bytes(v), streamed, content_type)
+        elif isinstance(v, str):
             out[i] = policy.mask_bytes(v.encode("utf-8")).decode("utf-8", "replace")
         else:
             out[i] = policy.mask_bytes(bytes(v))

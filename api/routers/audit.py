@@ -14,18 +14,20 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ..deps import Caller, Db, StreamId, not_found
+from ..db import Database
+from ..deps import AuditLimit, Caller, Db, StreamId, not_found
 from ..models import FINDINGS_SHOWN, finding_dict
-from ..responses import ERRORS
+from ..responses import BUSY, ERRORS
 
 __all__ = ["audit_stream", "router"]
 
 router = APIRouter(tags=["verification"])
 
 
-@router.get("/streams/{stream}/audit", responses=ERRORS,
+@router.get("/streams/{stream}/audit", responses={**ERRORS, **BUSY},
             summary="Re-verify one stream from its projection")
-async def audit_stream(stream: StreamId, key: Caller, db: Db) -> dict[str, Any]:
+async def audit_stream(stream: StreamId, key: Caller, db: Db,
+                       limit: AuditLimit) -> dict[str, Any]:
     """Recomputes every digest and chain link of the stream from the rows' record bytes
     (the log messages, verbatim, in log order), compares every row's columns with its
     record bytes and the stream's head with the chain's tail. `findings_by_kind` and
@@ -40,9 +42,20 @@ async def audit_stream(stream: StreamId, key: Caller, db: Db) -> dict[str, Any]:
     be) and `erased_records` those whose key an erasure receipt names: not findings, their
     digests and links are checked like any other's. Rows are recomputed with the redaction
     policy the live generation records (`redaction` in `evidence projections status`): a
-    body masked as that policy says is not `projection_altered`; one masked otherwise is."""
+    body masked as that policy says is not `projection_altered`; one masked otherwise is.
+
+    An audit holds a database connection for the whole stream: one API key may have
+    `EVIDENCE_API_MAX_AUDITS_PER_KEY` (2 by default) in progress in each server process;
+    one more is answered at once with 429 `too_many_requests` and Retry-After, before it
+    takes a connection, so one key's audits hold at most that many of the pool and other
+    keys' reads still find one."""
     if not key.scope.allows(stream):
         raise not_found(f"stream {stream}")
+    async with limit.hold(key):
+        return await _audit(stream, db)
+
+
+async def _audit(stream: str, db: Database) -> dict[str, Any]:
     from audit.stream_audit import StreamAudit
 
     sa = StreamAudit(stream, erased_keys=await db.erased_keys(stream),

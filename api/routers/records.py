@@ -9,11 +9,17 @@
 
 The three record routes take ``?include=bytes`` for the bodies and the log message. Every
 record says ``content``: ``plain``, ``encrypted`` or ``erased`` (with ``erasure``: when and
-under which request its key was destroyed); an erased record's bodies are never served: one
-record asked for with ``include=bytes`` is a 410 ``erased``, and in a page its bodies are null
-(its log message, ciphertext, is still given). A stream
-outside the key's scope is a 404 like a missing one; a list of records of a stream the key
-may read but that has none (yet) is an empty page, never a 404.
+under which request its key was destroyed); an erased record's bodies are never served, by
+any of the three: they are null, and its log message (``record_b64``: ciphertext only, what
+its digests, chain link and inclusion proof are over) is given, so its proofs check from one
+record exactly as from a page. A stream outside the key's scope is a 404 like a missing one;
+a list of records of a stream the key may read but that has none (yet) is an empty page,
+never a 404.
+
+A record by event id is the original (the first with that id by the contract's order, among
+the streams the key may read), never a later copy; ``copies`` says how many other records
+the key may read carry the id, and ``is_copy`` whether the one answered is itself flagged as
+a copy (a ``duplicate_event_id`` finding: its original is in a stream the key may not read).
 """
 
 import uuid
@@ -24,16 +30,16 @@ from fastapi import APIRouter, Path, Query
 from evidence_contract import valid_event_id
 
 from ..deps import Caller, Config, Db, IncludeBytes, Seq, StreamId, Watch, not_found
-from ..errors import Erased, InvalidRequest
+from ..errors import InvalidRequest
 from ..models import (
     EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage,
-    StreamDetail, StreamList, erased_of, finding_dict, head_dict, record_dict,
+    StreamDetail, StreamList, finding_dict, head_dict, record_dict,
 )
-from ..responses import ERASED, ERRORS
+from ..responses import ERRORS
 from ..watch import wait_past
 
-__all__ = ["BYTES_PAGE_MAX", "WAIT_MS_MAX", "get_event", "get_record", "get_stream", "list_records",
-           "list_streams", "router"]
+__all__ = ["BYTES_PAGE_MAX", "WAIT_MS_MAX", "get_event", "get_record", "get_stream",
+           "list_records", "list_streams", "router"]
 
 router = APIRouter(tags=["records"], responses=ERRORS)
 
@@ -117,29 +123,22 @@ async def list_records(
             "next_after_seq": next_after}
 
 
-def _one(row: tuple[Any, ...], with_bytes: bool, what: str,
-         redaction: Any = None) -> dict[str, Any]:
-    erased = erased_of(row) if with_bytes else None
-    if erased is not None:
-        raise Erased(what, *erased)
-    return record_dict(row, redaction)
-
-
-@router.get("/streams/{stream}/records/{seq}", response_model=RecordOut, responses=ERASED,
+@router.get("/streams/{stream}/records/{seq}", response_model=RecordOut,
             summary="One record by stream and seq")
 async def get_record(stream: StreamId, seq: Seq, key: Caller, db: Db,
                      include: IncludeBytes = None) -> dict[str, Any]:
-    """With `include=bytes`, a record whose content was erased is a 410 `erased`."""
+    """With `include=bytes`, a record whose content was erased (`content`: `erased`) is
+    served as in a page: its bodies null, its log message (`record_b64`, ciphertext only)
+    given, so its proofs check."""
     if not key.scope.allows(stream):
         raise not_found(f"record stream={stream} seq={seq}")
     row = await db.record(stream, seq, include == "bytes")
     if row is None:
         raise not_found(f"record stream={stream} seq={seq}")
-    return _one(row, include == "bytes", f"record {stream} #{seq}",
-                await db.redaction() if include == "bytes" else None)
+    return record_dict(row, await db.redaction() if include == "bytes" else None)
 
 
-@router.get("/events/{event_id}", response_model=RecordOut, responses=ERASED,
+@router.get("/events/{event_id}", response_model=RecordOut,
             summary="One record by event id")
 async def get_event(
     event_id: Annotated[str, Path(
@@ -148,15 +147,21 @@ async def get_event(
     key: Caller, db: Db,
     include: Annotated[str | None, Query(pattern="^bytes$")] = None,
 ) -> dict[str, Any]:
-    """The earliest record with this event id among the streams the key may read: a record
-    of another stream that carries the same id is neither shown nor in the way. With
-    `include=bytes`, a record whose content was erased is a 410 `erased`."""
+    """The original record with this event id among the streams the key may read: the
+    first by the record contract's order (earliest `occurred_at`, then log position), never
+    a later copy that another stream's capture sealed under the same id (the projector flags
+    each such copy `duplicate_event_id`). `copies` counts the other records with this id the
+    key may read (0: none); `is_copy` is true when the record answered is itself flagged as
+    a copy, its original being outside the key's streams. With `include=bytes`, a record
+    whose content was erased (`content`: `erased`) is served as in a page: its bodies null,
+    its log message (`record_b64`, ciphertext only) given, so its proofs check."""
     if not valid_event_id(event_id):
         raise InvalidRequest(f"event_id {event_id[:64]!r} is not a UUID in canonical form "
                              f"(a capture's event id is a lowercase UUIDv7)")
     eid = uuid.UUID(event_id)
-    row = await db.event(eid, include == "bytes", key.scope)
-    if row is None:
+    found = await db.event(eid, include == "bytes", key.scope)
+    if found is None:
         raise not_found(f"record event_id={eid}")
-    return _one(row, include == "bytes", f"record event_id={eid}",
-                await db.redaction() if include == "bytes" else None)
+    row, copies, is_copy = found
+    out = record_dict(row, await db.redaction() if include == "bytes" else None)
+    return {**out, "copies": copies, "is_copy": is_copy}

@@ -88,14 +88,31 @@ def test_record_views_mark_the_content_and_keep_the_proof_fields(api, data):
     assert page[1]["response_b64"] is not None
 
 
-def test_bytes_routes_answer_410_erased(api, data):
+def test_replay_and_verify_answer_410_erased(api, data):
     e = data["erased"]
-    _gone(api.get(f"/streams/{STREAM}/records/1", params={"include": "bytes"}))
-    _gone(api.get(f"/events/{e.event_id}", params={"include": "bytes"}))
     _gone(api.get(f"/replay/{e.content_key.hex()}"))
     _gone(api.post("/replay/verify", json={"stream": STREAM, "seq": 1,
                                            "replayed_output": "a guess"}))
+    _gone(api.post("/replay/verify", json={"event_id": e.event_id,
+                                           "replayed_output": "a guess"}))
     assert api.get(f"/events/{e.event_id}").json()["content"] == "erased"
+
+
+def test_one_record_with_bytes_is_served_as_in_a_page(api, data):
+    """No bodies, and the log message (ciphertext only) for its proofs: by seq, by event id
+    and in a page alike."""
+    e = data["erased"]
+    page = api.get(f"/streams/{STREAM}/records", params={"include": "bytes"}).json()
+    for r in (api.get(f"/streams/{STREAM}/records/1", params={"include": "bytes"}),
+              api.get(f"/events/{e.event_id}", params={"include": "bytes"})):
+        assert r.status_code == 200, r.text
+        one = r.json()
+        assert one["content"] == "erased" and one["erasure"]["request_id"] == "dsr-42"
+        for name in ("request_b64", "response_b64", "error_b64", "input_b64", "prompt_b64"):
+            assert one[name] is None, name
+        assert base64.b64decode(one["record_b64"]) == e.value
+        same = {k for k in one if k not in ("copies", "is_copy")}
+        assert {k: one[k] for k in same} == {k: page["records"][0][k] for k in same}
 
 
 def test_an_encrypted_live_record_is_served_sealed_and_verify_never_says_mismatch(api, data):

@@ -1,8 +1,9 @@
 """Erasure from the reader's side, end to end against real Kafka and PostgreSQL: encrypted
 calls of two subjects recorded through the real Recorder, sealed by the real writer (with the
 log key) and projected; both replay with ``Replayer(key_store=...)``; one subject is erased with
-``evidence erase --wait``. Then its replay raises ReplayErased, the API's replay and record
-bytes answer 410 erased, ``evidence audit`` exits 0 and counts the erased records, an export of
+``evidence erase --wait``. Then its replay raises ReplayErased, the API's replay answers 410
+erased and its record's bytes are only the ciphertext message, ``evidence audit`` exits 0 and
+counts the erased records, an export of
 an erased record verifies (digests, chain, inclusion proof, checkpoint and the signed receipt)
 with ``evidence verify`` and with VERIFY.md's commands under sh, and the other subject still
 replays."""
@@ -112,8 +113,10 @@ def test_an_erased_subject_answers_erased_everywhere_and_its_evidence_still_veri
     r = p.api.get(f"/replay/{ada['content_key']}")
     assert r.status_code == 410 and r.json()["error"] == "erased", r.text
     assert r.json()["request_id"] == "dsr-e2e"
+    # One record's bytes are served as a page serves them: no bodies, the ciphertext message.
     r = p.api.get(f"/streams/{STREAM}/records/{seq}", params={"include": "bytes"})
-    assert r.status_code == 410 and r.json()["error"] == "erased", r.text
+    assert r.status_code == 200 and r.json()["content"] == "erased", r.text
+    assert r.json()["response_b64"] is None and r.json()["record_b64"]
     r = p.api.get(f"/streams/{STREAM}/records/{seq}")
     assert r.status_code == 200 and r.json()["content"] == "erased"
 

@@ -44,6 +44,9 @@ def test_views_schema_and_numbers_from_env():
     assert s.max_wait_ms == 5_000
     assert Settings.from_env(env(EVIDENCE_API_KEY=K, EVIDENCE_API_KEY_STREAMS="*",
                                  EVIDENCE_API_MAX_WAIT_MS="0")).max_wait_ms == 0
+    assert s.max_audits_per_key == 2
+    assert Settings.from_env(env(EVIDENCE_API_KEY=K, EVIDENCE_API_KEY_STREAMS="*",
+                                 EVIDENCE_API_MAX_AUDITS_PER_KEY="5")).max_audits_per_key == 5
 
 
 def test_keys_file_adds_named_keys(tmp_path):
@@ -86,6 +89,9 @@ def test_dev_key_and_keys_file_combine(tmp_path):
       "EVIDENCE_API_MAX_WAIT_MS": "-1"}, "EVIDENCE_API_MAX_WAIT_MS=-1 must be at least 0"),
     ({"EVIDENCE_API_KEY": K, "EVIDENCE_API_KEY_STREAMS": "*",
       "EVIDENCE_API_MAX_WAIT_MS": "5s"}, "EVIDENCE_API_MAX_WAIT_MS='5s' is not an integer"),
+    ({"EVIDENCE_API_KEY": K, "EVIDENCE_API_KEY_STREAMS": "*",
+      "EVIDENCE_API_MAX_AUDITS_PER_KEY": "0"},
+     "EVIDENCE_API_MAX_AUDITS_PER_KEY=0 must be at least 1"),
 ])
 def test_bad_settings_say_what_to_fix(variables, words):
     with pytest.raises(ApiConfigError, match=words):
