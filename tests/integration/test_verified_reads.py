@@ -217,3 +217,35 @@ def test_a_reader_needs_a_pinned_key_or_says_it_trusts_on_first_use(recorded, tm
         assert r.verifier.snapshot()
         assert replay_with(r, fake, 1) == sent[0]
     assert base64.b64decode(next(iter(next(iter(doc["logs"].values())).values()))["root"])
+
+
+def test_a_redacted_record_is_never_replayed_as_the_recording(
+        tmp_path, make_pipeline, make_recorder, fake_provider):
+    from evidence_client import ReplayRedacted
+
+    policy = tmp_path / "redaction.json"
+    policy.write_text(json.dumps({"streams": ["trust:*"], "patterns": ["chatcmpl"],
+                                  "mask": "[REDACTED]"}))
+    p = make_pipeline(projection_options={"redaction_file": str(policy)},
+                      env={"EVIDENCE_CHECKPOINT_INTERVAL_S": "0.5"})
+    stream = "trust:redacted"
+    recorder = make_recorder(p.topics, stream=stream)
+    client = openai.OpenAI(base_url=fake_provider.url + "/v1", api_key="k", max_retries=0,
+                           http_client=recorder.http_client())
+    chat(client, 1)
+    recorder.close()
+    [record] = p.wait_records(stream, 1)
+    covered(p, stream, 1)
+
+    # The plain route serves masked bytes and says so; the bundle withholds the message.
+    r = p.api.get(f"/replay/{record['content_key']}")
+    assert r.status_code == 200 and r.headers["evidence-redacted"] == "true"
+    assert b"[REDACTED]" in r.content
+    b = p.api.get(f"/replay/{record['content_key']}/bundle").json()
+    assert b["content"] == "redacted" and b["record_b64"] is None
+    # The verifying Replayer proves the record's place through its leaf, and then says it is
+    # redacted rather than handing the masked bytes to the SDK as the recorded answer.
+    with Replayer(p.api_url, p.api_key, log_key=p.log_key) as replayer:
+        with pytest.raises(ReplayRedacted, match="redacts") as err:
+            replay_with(replayer, fake_provider, 1)
+        assert (err.value.stream, err.value.seq) == (stream, 1)
