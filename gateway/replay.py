@@ -2,13 +2,29 @@
 
     from evidence_client import Replayer
 
-    replayer = Replayer(api_url="http://127.0.0.1:8000", api_key="...")
+    replayer = Replayer(api_url="http://127.0.0.1:8000", api_key="...", log_key=".stack/log.vkey")
     client = openai.OpenAI(api_key="unused", http_client=replayer.http_client(), max_retries=0)
-    client.chat.completions.create(...)   # the recorded response, byte for byte
+    client.chat.completions.create(...)   # the recorded response, byte for byte, verified
 
 For each request the transport computes ``content_key`` over the exact request body, asks
-``GET /replay/{content_key_hex}`` of the evidence API, and answers with the recorded bytes
-and content type. There is no path to the provider: the transport never opens a connection
+``GET /replay/{content_key_hex}/bundle`` of the evidence API, verifies the answer and answers
+with the verified record's response bytes and the recorded content type.
+
+Verified by default. The API is not trusted: the bundle (``evidence_contract.bundle``) holds
+the record's log message, the stream's signed checkpoint and the record's inclusion proof,
+and the Replayer checks the record bytes -> leaf -> inclusion -> a checkpoint signed by the
+log key it was given (``log_key=``: the key, its text or a file; the API's own key only with
+``trust_on_first_use=True``) and cosigned by ``min_witnesses`` of ``witnesses=``, the record's
+digests, that it is the record of this content key, and that the checkpoint is consistent
+with the last one this Replayer verified for the stream (``LogVerifier``: a rollback or a
+fork raises :class:`CheckpointRolledBack`). A failed check raises :class:`EvidenceTampered`
+(an ``EvidenceUnverified``) and never returns the bytes. A record newer than the latest
+checkpoint is asked for again until one covers it, for up to ``checkpoint_wait_s`` (then
+``EvidenceUncovered``). With ``stream=`` a verified replay is one request (the bundle carries
+the consistency proof from the size the Replayer last verified); without it, a second one
+when the checkpoint has moved. A record on a stream the read side redacts is proved by its
+leaf alone, and raises :class:`ReplayRedacted`: its masked bytes are not the recording.
+``verify=False`` asks ``GET /replay/{content_key_hex}`` and takes the API's word. There is no path to the provider: the transport never opens a connection
 to the request's URL, it only talks to the evidence API. A request with no recording raises
 :class:`ReplayMiss`; it is never forwarded.
 
