@@ -4,6 +4,8 @@
   verification core (``audit.verify``).
 - :func:`run_audit` / :class:`AuditReport` — the log from offset 0, the writer's heads, then
   the live projection (``audit.run``); ``evidence audit`` on the command line.
+- :func:`audit_projections` — several projections (a rebuild's generations) against one
+  read of the log: which of them the log supports (``evidence projections rebuild``).
 - :class:`StreamAudit` — one stream re-verified from its projection rows
   (``GET /streams/{stream}/audit``).
 - ``audit.export`` — one record with the ``printf``/``sha256sum`` commands that re-verify it
@@ -12,9 +14,9 @@
 """
 
 from audit.errors import AuditError
-from audit.run import AuditReport, run_audit
+from audit.run import AuditReport, audit_projections, run_audit
 from audit.stream_audit import StreamAudit
 from audit.verify import KINDS, Finding, LogAuditor, compare_projection
 
 __all__ = ["KINDS", "AuditError", "AuditReport", "Finding", "LogAuditor", "StreamAudit",
-           "compare_projection", "run_audit"]
+           "audit_projections", "compare_projection", "run_audit"]

@@ -15,6 +15,9 @@ checkpoints and refusals the caller fetched), ``evidence.checkpoints`` is read *
 log, so every checkpoint's records are in the log snapshot, and each stream's Merkle tree is
 rebuilt while the log is read and compared with every signed and witnessed checkpoint.
 
+:func:`audit_projections` compares several projections (a rebuild's two generations) with
+one read of the log, the same way.
+
 The erasure receipts (``evidence.erasures``, :mod:`audit.erasures`) are read before the log
 too, verified with the log key when the tree audit has one: each stream reports how many of
 its records are sealed under a key that was erased (``erased_records``). That is not a
@@ -131,16 +134,52 @@ def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
         report.findings += trees.finish()
         report.trees = trees.summary()
     if database_url is not None:
-        from audit.projection_db import projected_positions, projection_rows
-
-        projected = projected_positions(database_url, views, names.log)
-        # Compare offsets below both the log snapshot's end and the projector's position
-        # (a partition the projector has no position for is expected in full).
-        window = {p: min(end, projected.get(p, end)) for p, end in ends.items()}
-        index = auditor.index or {}
-        report.projection_lag = sum(1 for (p, o) in index if o >= window.get(p, 0))
-        report.findings += compare_projection(
-            index, projection_rows(database_url, views, stream, redaction), stream,
-            window=window)
+        report.projection_lag, found = _projection_findings(
+            auditor.index or {}, ends, database_url, names, views, stream, redaction)
+        report.findings += found
         report.projection_checked = True
     return report
+
+
+def _projection_findings(index: dict, ends: dict[int, int], database_url: str,
+                         names: TopicNames, views: str, stream: str | None,
+                         redaction: Any) -> tuple[int, list[Finding]]:
+    """(log records not compared: past where the projection has got, the projection's
+    findings) of ``views``' records compared with the log read to ``ends``."""
+    from audit.projection_db import projected_positions, projection_rows
+
+    projected = projected_positions(database_url, views, names.log)
+    # Compare offsets below both the log snapshot's end and the projector's position
+    # (a partition the projector has no position for is expected in full).
+    window = {p: min(end, projected.get(p, end)) for p, end in ends.items()}
+    lag = sum(1 for (p, o) in index if o >= window.get(p, 0))
+    return lag, compare_projection(
+        index, projection_rows(database_url, views, stream, redaction), stream, window=window)
+
+
+def audit_projections(bootstrap: str, names: TopicNames, database_url: str,
+                      schemas: list[str],
+                      progress: Callable[[int, int], None] | None = None
+                      ) -> dict[str, list[Finding]]:
+    """Each of ``schemas`` (a projection generation's schema, or a views schema) compared
+    with the log, read once from offset 0: its records rows, each recomputed with the
+    redaction policy that schema records, below where both the log and its positions have
+    got (what :func:`run_audit` does for the live projection). Only the projection's
+    findings (``projection_missing``, ``projection_extra``, ``projection_altered``); the
+    log's own are the same for every schema. What ``evidence projections rebuild`` asks
+    when a rebuilt generation disagrees with the live one: which of them the log supports.
+    """
+    from audit.kafka_log import read_topic
+    from audit.projection_db import recorded_redaction
+
+    auditor = LogAuditor(keep_index=True)
+    ends: dict[int, int] = {}
+    for partition, offset, _key, value in read_topic(bootstrap, names.log, progress=progress,
+                                                     ends=ends):
+        auditor.add(partition, offset, value)
+    found = {}
+    for schema in schemas:
+        _recorded, redaction = recorded_redaction(database_url, schema)
+        found[schema] = _projection_findings(auditor.index or {}, ends, database_url, names,
+                                             schema, None, redaction)[1]
+    return found

@@ -6,6 +6,9 @@ Layout in the database:
 - ``evidence_meta.live`` — a single row naming the live generation. Writers of the live
   generation (the projector) take it ``FOR SHARE`` per batch; a swap takes it ``FOR UPDATE``,
   so a swap waits for the batch in flight and the next batch sees the new generation.
+- ``evidence_meta.accepted_swaps`` — one row per rebuilt generation swapped in although it
+  disagreed with the live one (``evidence projections rebuild --accept-differences``): who,
+  when, why, what differed and what the log said of both (:data:`ACCEPTED_SWAPS`).
 - schema ``evidence`` (the *views schema*) — views ``records``, ``heads``, ``findings``,
   ``positions``, ``heartbeat`` and the verifiable log's ``tree_nodes``, ``trees``,
   ``checkpoints``, ``cosignatures`` (:data:`TLOG`) and ``erasures`` (:data:`ERASURES`) over the
@@ -208,6 +211,20 @@ def index_statements(gen: str) -> tuple[list[str], list[str]]:
 
 
 
+ACCEPTED_SWAPS = """create table if not exists {meta}.accepted_swaps (
+    id           bigint      generated always as identity primary key,
+    accepted_at  timestamptz not null default now(),
+    accepted_by  text        not null,   -- the operator (OS user@host of the rebuild)
+    db_user      text        not null default session_user,
+    reason       text        not null,   -- --reason, verbatim
+    previous     text        not null,   -- the live generation replaced (kept, retired)
+    generation   text        not null,   -- the rebuilt generation swapped in
+    differences  text[]      not null,   -- what the pre-swap check found differing
+    verdict      text[]      not null)   -- what the log said of both (the audit)"""
+"""The record of differences accepted at a swap. No reference to ``generations``: the
+generations named are dropped by later rebuilds, the record stays."""
+
+
 def ensure_meta(conn, meta: str = "evidence_meta") -> None:
     conn.execute(f'create schema if not exists "{meta}"')
     conn.execute(f'''create table if not exists "{meta}".generations (
@@ -218,6 +235,7 @@ def ensure_meta(conn, meta: str = "evidence_meta") -> None:
     conn.execute(f'''create table if not exists "{meta}".live (
         singleton   boolean primary key default true check (singleton),
         generation  text not null references "{meta}".generations(name))''')
+    conn.execute(ACCEPTED_SWAPS.replace("{meta}", f'"{meta}"'))
 
 
 def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence_g",

@@ -23,6 +23,8 @@ positions stored in PostgreSQL; any other error ends it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from evidence_contract import EvidenceError
 from server.kafka import KafkaClientError
 
@@ -78,10 +80,14 @@ class RebuildBusy(ProjectionError):
 
 
 class RebuildMismatch(ProjectionError):
-    """The rebuilt generation disagrees with the live one; both are kept, nothing swapped."""
+    """The rebuilt generation disagrees with the live one; both are kept, nothing swapped.
+    ``verdict``: which of them the log supports (``projections.rebuild.Verdict``), when the
+    rebuild was given a judge."""
 
-    def __init__(self, generation: str, live: str, differences: list[str]) -> None:
+    def __init__(self, generation: str, live: str, differences: list[str],
+                 verdict: Any = None) -> None:
         super().__init__(f"{generation} disagrees with live {live}: {len(differences)} differences")
         self.generation = generation
         self.live = live
         self.differences = differences
+        self.verdict = verdict

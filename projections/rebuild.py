@@ -25,10 +25,23 @@ Blue/green, in numbered steps (``rebuild``):
    whether the root matched where both have checked it); and the erasures folded from
    ``evidence.erasures`` likewise (request, key id, when). Equal: ``make_live`` swaps the
    views, in the same transaction, so readers see the old generation or the new one, never
-   a mix. Unequal: no swap; the new generation is kept for inspection and
-   ``RebuildMismatch`` lists the differences.
+   a mix. Unequal: no swap yet (the lock is let go); see "Disagreement" below.
 4. Drop the old generation (waits for readers still in a query on it, with a lock timeout
    and retries: if readers never let go it stays ``retired`` and the next rebuild drops it).
+
+Disagreement. The caller's ``judge`` (the CLI passes an audit of both generations' records
+against the log, :func:`audit.run.audit_projections`; this layer does not read the log a
+second time itself) says which one the log supports (:class:`Verdict`), outside the live
+lock: it reads the whole log, and the live projector goes on meanwhile. Without ``accept``:
+``RebuildMismatch`` with the differences and the verdict; the new generation is kept for
+inspection. With ``accept`` (the operator's word, ``--accept-differences --reason``) and a
+verdict that supports the rebuilt generation (its records match the log): under the live
+lock again, the new generation catches up with what the live projector added during the
+audit and those rows are compared as in step 3 (a difference there was not judged: no
+swap); then the swap and a row in ``<meta>.accepted_swaps`` (who, when, why, the
+differences, the verdict), in one transaction. The replaced generation is not dropped but
+kept ``retired`` for inspection (the next rebuild drops it). A verdict that does not support
+the rebuilt generation never swaps, whatever the operator says.
 
 ``in_place=True`` swaps an empty generation in first and drops the old one, then fills the
 new one as the live generation (the running projector may help; positions keep them from
@@ -55,11 +68,12 @@ from .errors import (
     StoreError,
 )
 from .service import CheckpointWriter, ErasureWriter, GenerationWriter, LogReader
-from .store import Store, StreamSummary
+from .store import AcceptedSwap, Store, StreamSummary
 
-__all__ = ["Progress", "ProgressFactory", "RebuildResult", "Summaries", "compare_checkpoints",
-           "compare_erasures", "compare_generations", "compare_redaction", "compare_trees",
-           "joined", "rebuild", "summarise_apart", "summarise_both"]
+__all__ = ["Acceptance", "Judge", "Progress", "ProgressFactory", "RebuildResult", "Summaries",
+           "Verdict", "compare_checkpoints", "compare_erasures", "compare_generations",
+           "compare_redaction", "compare_trees", "joined", "rebuild", "summarise_apart",
+           "summarise_both"]
 
 log = event_logger("evidence.projector")
 
@@ -76,6 +90,75 @@ ProgressFactory = Callable[[str, int], Progress]
 """``factory(label, total)`` → a :class:`Progress`; the CLI passes its progress bar."""
 
 MAX_DIFFERENCES = 50
+MAX_VERDICT_LINES = 20
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Which of two disagreeing generations the log supports. ``findings``: per generation,
+    its records rows' differences from the log, described (an audit's projection findings);
+    ``error``: why the log could not be read to judge (then it supports neither, as far as
+    anyone knows)."""
+
+    live: str
+    rebuilt: str
+    findings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def supports(self) -> str | None:
+        """The rebuilt generation if its records match the log (it is the one derived from
+        the log, whatever the live one's records say); else the live one if its do; else
+        None."""
+        if self.error is not None:
+            return None
+        if not self.findings.get(self.rebuilt, ()):
+            return self.rebuilt
+        if not self.findings.get(self.live, ()):
+            return self.live
+        return None
+
+    def lines(self) -> list[str]:
+        """For people and for the record: what the log said, then the rows it names."""
+        live, rebuilt = self.live, self.rebuilt
+        a, b = self.findings.get(live, ()), self.findings.get(rebuilt, ())
+        rows = lambda n: f"{n} row{'' if n == 1 else 's'}"  # noqa: E731
+        if self.error is not None:
+            return [f"the log could not be read to judge between {live} and {rebuilt}: "
+                    f"{self.error}"]
+        if self.supports == rebuilt and a:
+            head = (f"the log supports {rebuilt} (rebuilt from it now): its records match "
+                    f"the log; {live}'s differ from it in {rows(len(a))}:")
+        elif self.supports == rebuilt:
+            head = (f"the log supports {rebuilt} (rebuilt from it now); the records of both "
+                    f"match the log, so they differ in what is derived from the records "
+                    f"(heads, findings, trees, checkpoints, erasures)")
+        elif self.supports == live:
+            head = (f"the log supports the live {live}: its records match the log; the "
+                    f"rebuilt {rebuilt}'s differ from it in {rows(len(b))} (a fault of the "
+                    f"rebuild, not of the live generation):")
+        else:
+            head = (f"the log supports neither: the records of {live} differ from it in "
+                    f"{rows(len(a))}, those of {rebuilt} in {rows(len(b))}:")
+        named = ([f"{live}: {f}" for f in a] if self.supports == rebuilt else
+                 [f"{rebuilt}: {f}" for f in b] if self.supports == live else
+                 [f"{g}: {f}" for g, fs in ((live, a), (rebuilt, b)) for f in fs])
+        more = len(named) - MAX_VERDICT_LINES
+        return [head] + named[:MAX_VERDICT_LINES] + ([f"... and {more} more"] if more > 0 else [])
+
+
+Judge = Callable[[str, str], Verdict]
+"""``judge(live, rebuilt)`` → the :class:`Verdict` of the log on two disagreeing
+generations (the CLI's audits both with ``audit.run.audit_projections``)."""
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """The operator's word to swap in a rebuilt generation that disagrees with the live one
+    if the log supports it: ``reason`` (why) and ``by`` (who), recorded with the swap."""
+
+    reason: str
+    by: str
 
 
 @dataclass
@@ -94,7 +177,11 @@ class RebuildResult:
     side by side, before the live lock),
     ``check`` (under the live lock: the last catch-up, both generations' rows past those
     positions summarised, everything compared, the swap) and ``drop`` (the old
-    generation)."""
+    generation); after a disagreement, ``judge`` (the log read to say which generation it
+    supports) and ``accept`` (the catch-up, the comparison of its rows and the swap)."""
+    accepted: AcceptedSwap | None = None
+    """The differences accepted at the swap, as recorded (``--accept-differences``); the
+    previous generation is then kept ``retired``, not dropped."""
 
 
 class _Phases:
@@ -367,10 +454,16 @@ def _reach_live(store: Store, live: str, reader: LogReader, writer: GenerationWr
 
 
 def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
-            progress_factory: ProgressFactory | None = None) -> RebuildResult:
-    """Rebuild the projections; see the module docstring. Raises ``RebuildMismatch``."""
+            progress_factory: ProgressFactory | None = None, judge: Judge | None = None,
+            accept: Acceptance | None = None) -> RebuildResult:
+    """Rebuild the projections; see the module docstring. Raises ``RebuildMismatch`` (with
+    ``judge``'s verdict, if given). ``accept`` needs a ``judge``: differences are accepted
+    only for a rebuilt generation the log supports."""
     import time
 
+    if accept is not None and (judge is None or in_place):
+        raise ProjectionError("accepting differences needs a judge (an audit against the "
+                              "log) and a blue/green rebuild")
     t0 = time.monotonic()
     show_progress = progress_factory is not None
     make_progress: ProgressFactory = progress_factory or (lambda label, total: _Silent())
@@ -461,24 +554,77 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             if not diffs:
                 store.make_live(gen)
         phases.done("check")
+        accepted = None
         if diffs:
             log("error", "rebuild_mismatch", generation=gen, live=live,
                 differences=len(diffs))
-            raise RebuildMismatch(gen, live, diffs[:MAX_DIFFERENCES]
-                                  + ([f"... and {len(diffs) - MAX_DIFFERENCES} more"]
-                                     if len(diffs) > MAX_DIFFERENCES else []))
-        log("info", "swapped", generation=gen, previous=live, checked_streams=streams)
+            diffs = diffs[:MAX_DIFFERENCES] + ([f"... and {len(diffs) - MAX_DIFFERENCES} more"]
+                                               if len(diffs) > MAX_DIFFERENCES else [])
+            # Outside the live lock: the judge reads the whole log.
+            verdict = judge(live, gen) if judge is not None else None
+            if verdict is not None:
+                phases.done("judge")
+                log("info", "rebuild_verdict", generation=gen, live=live,
+                    supports=verdict.supports)
+            if accept is None or verdict is None or verdict.supports != gen:
+                raise RebuildMismatch(gen, live, diffs, verdict=verdict)
+            accepted = _swap_accepted(store, cfg, live, gen, (reader, writer),
+                                      (cp_reader, cp_writer), (er_reader, er_writer), bounds,
+                                      same_policy, diffs, verdict, accept)
+            phases.done("accept")
+        log("info", "swapped", generation=gen, previous=live, checked_streams=streams,
+            accepted=accepted.id if accepted else None)
 
-        # 4. drop the old generation
+        # 4. drop the old generation (one replaced on the operator's word is kept, retired,
+        #    for inspection: it is what was served, and the next rebuild drops it)
         result = RebuildResult(gen, live, writer.records, 0.0, False, streams,
-                               phases=phases.seconds)
+                               phases=phases.seconds, accepted=accepted)
         for w in red_warnings:
             log("warning", "redaction_changed", generation=gen, previous=live, detail=w)
             result.warnings.append(w)
-        result.dropped = _drop(store, live, result)
-        phases.done("drop")
+        if accepted is None:
+            result.dropped = _drop(store, live, result)
+            phases.done("drop")
         result.seconds = time.monotonic() - t0
         return result
+
+
+def _swap_accepted(store: Store, cfg: ProjectorConfig, live: str, gen: str,
+                   records: tuple[LogReader, GenerationWriter],
+                   checkpoints: tuple[LogReader, CheckpointWriter],
+                   erasures: tuple[LogReader, ErasureWriter], judged: Mapping[int, int],
+                   bodies: bool, diffs: list[str], verdict: Verdict,
+                   accept: Acceptance) -> AcceptedSwap:
+    """The swap on the operator's word, once the log supports ``gen``: under the live lock,
+    ``gen`` catches up with the live generation's positions; the records the live projector
+    added while the log was judged (from ``judged``, the positions the differences were
+    found below) are compared as at any swap: what differs there was not judged, and stops
+    the swap. Then swap and record, in one transaction."""
+    with store.transaction():
+        if store.lock_live() != live:
+            raise ProjectionError(f"the live generation changed during the rebuild; "
+                                  f"{gen} is kept, not swapped")
+        bounds = _reach_live(store, live, records[0], records[1], cfg)
+        for reader, writer in (checkpoints, erasures):
+            _reach_live(store, live, reader, writer, cfg)
+        (a, a_body), (b, b_body) = summarise_both(store, live, gen, bounds, bodies,
+                                                  since=judged)
+        late = [f"stream {s}: {live} {_summary(a.get(s))} != {gen} {_summary(b.get(s))}"
+                for s in sorted(a.keys() | b.keys()) if a.get(s) != b.get(s)]
+        if bodies and a_body != b_body:
+            late += [f"stream {s}: served bodies differ" for s in
+                     sorted((a_body or {}).keys() | (b_body or {}).keys())
+                     if (a_body or {}).get(s) != (b_body or {}).get(s)]
+        if late:
+            raise RebuildMismatch(gen, live, [
+                f"{d} (in records projected while the log was read to judge: not judged, "
+                f"not accepted)" for d in late[:MAX_DIFFERENCES]], verdict=verdict)
+        store.make_live(gen)
+        accepted = store.record_accepted_swap(live, gen, accept.reason, accept.by, diffs,
+                                              verdict.lines())
+    log("warning", "differences_accepted", generation=gen, previous=live, id=accepted.id,
+        by=accept.by, reason=accept.reason, differences=len(diffs))
+    return accepted
 
 
 def _drop(store: Store, gen: str, result: RebuildResult) -> bool:

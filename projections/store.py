@@ -34,7 +34,7 @@ from __future__ import annotations
 import struct
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -51,7 +51,8 @@ from .fold import Folded, Message, ProjectedHead, Record, fold, row_event_key, s
 from .notify import heads_channel, payload as notice
 from .rows import RECORD_COLUMNS, RECORD_TYPES
 
-__all__ = ["GenerationInfo", "Store", "StreamSummary", "is_transient", "next_positions"]
+__all__ = ["AcceptedSwap", "GenerationInfo", "Store", "StreamSummary", "is_transient",
+           "next_positions"]
 
 CONNECT_TIMEOUT_S = 5  # a server that does not answer fails the connect, then it is retried
 _COPY_CHUNK = 64 * 1024  # compiled COPY tuples are sent in buffers of about this size
@@ -79,6 +80,23 @@ def is_transient(e: psycopg.Error) -> bool:
     return state[:2] in _TRANSIENT_CLASSES or state == "55P03"
 
 GenerationInfo = tuple[str, str, Any, Any]  # name, state, created_at, swapped_at
+
+
+class AcceptedSwap(NamedTuple):
+    """A row of ``<meta>.accepted_swaps`` (:data:`projections.ddl.ACCEPTED_SWAPS`)."""
+
+    id: int
+    accepted_at: Any
+    accepted_by: str
+    db_user: str
+    reason: str
+    previous: str
+    generation: str
+    differences: list[str]
+    verdict: list[str]
+
+
+_ACCEPTED_COLUMNS = ", ".join(AcceptedSwap._fields)
 StreamSummary = tuple[int, bytes, bytes]     # count, chain digest, digest of record bytes
 
 
@@ -271,6 +289,31 @@ class Store:
             return [tuple(r) for r in self.conn.execute(
                 f'select name, state, created_at, swapped_at from "{self.meta}".generations '
                 f"order by created_at, name")]
+
+    def record_accepted_swap(self, previous: str, generation: str, reason: str, by: str,
+                             differences: list[str], verdict: list[str]) -> AcceptedSwap:
+        """Inside the swap's transaction: record that ``generation`` replaced ``previous``
+        although they differed (``differences``), on ``by``'s word (``reason``), and what
+        the log said of both (``verdict``); returns the row as stored."""
+        with self._errors("record accepted swap"):
+            row = self.conn.execute(
+                f'insert into "{self.meta}".accepted_swaps (accepted_by, reason, previous, '
+                f"generation, differences, verdict) values (%s, %s, %s, %s, %s, %s) "
+                f"returning {_ACCEPTED_COLUMNS}",
+                (by, reason, previous, generation, differences, verdict)).fetchone()
+        return AcceptedSwap(*row)
+
+    def accepted_swaps(self, limit: int = 5) -> tuple[int, list[AcceptedSwap]]:
+        """(how many swaps were accepted with differences, the latest ``limit``, newest
+        first)."""
+        with self._errors("list accepted swaps"):
+            ddl.ensure_meta(self.conn, self.meta)
+            n = self.conn.execute(
+                f'select count(*) from "{self.meta}".accepted_swaps').fetchone()[0]
+            rows = self.conn.execute(
+                f'select {_ACCEPTED_COLUMNS} from "{self.meta}".accepted_swaps '
+                f"order by id desc limit %s", (limit,)).fetchall()
+        return int(n), [AcceptedSwap(*r) for r in rows]
 
     def drop_generation(self, gen: str, *, in_transaction: bool = False) -> None:
         """Drop ``gen`` (never the live one).

@@ -158,8 +158,147 @@ def test_rebuild_that_disagrees_does_not_swap_and_exits_non_zero(projected_log, 
     assert gens[old] == "live" and sorted(gens.values()) == ["building", "live"]
     rebuilt = next(g for g, s in gens.items() if s == "building")
     assert schema_exists(cfg, rebuilt)
-    # The rebuilt generation is right: it matches the log where the live one was tampered.
+    # The rebuilt generation is right: it matches the log where the live one was tampered,
+    # and the rebuild says so, having audited both against the log.
     assert sql_checksums(cfg, rebuilt)["b"] != sql_checksums(cfg, old)["b"]
+    assert f"the log supports {rebuilt} (rebuilt from it now)" in out, out
+    assert f"{old}: projection_altered stream b seq 7" in out and "record_digest" in out, out
+    assert "--accept-differences --reason TEXT" in out
+    assert q(cfg, "select count(*) from {m}.accepted_swaps") == [(0,)]
+
+
+def response_of(cfg, stream, seq, schema=None):
+    table = f'"{schema}".records' if schema else '"{v}".records'.format(
+        v=cfg.views_schema)
+    return bytes(q(cfg, f"select response_bytes from {table} where stream = %s and seq = %s",
+                   (stream, seq))[0][0])
+
+
+def test_a_tampered_projection_is_healed_by_a_rebuild_the_log_supports(
+        projected_log, topics, produce_chain, capsys):
+    """One byte appended to a record's response in PostgreSQL, through the views (what
+    anyone with database access can do): the rebuild says the log supports the rebuilt
+    generation and names the flag; with it, the rebuilt one is swapped in, serving the
+    log's bytes again, and what differed, the log's verdict, who and why are recorded."""
+    cfg, recs, _projector = projected_log
+    old = live(cfg)
+    sealed = next(r for r in recs if (r.stream, r.seq) == ("b", 7))
+    truth = sealed.record["body"]["response_bytes"]
+    assert response_of(cfg, "b", 7) == truth
+    q(cfg, "update {v}.records set response_bytes = response_bytes || 'x'::bytea "
+           "where stream = 'b' and seq = 7 returning 1")
+    assert response_of(cfg, "b", 7) == truth + b"x"
+
+    assert main(["projections", "rebuild", "--no-progress", *flags(cfg)]) == 3
+    out, _ = capsys.readouterr()
+    first = next(g for g, s in q(cfg, "select name, state from {m}.generations")
+                 if s == "building")
+    assert f"{first} disagrees with the live generation {old}; not swapped" in out, out
+    assert f"the log supports {first} (rebuilt from it now): its records match the log; " \
+           f"{old}'s differ from it in 1 row:" in out, out
+    assert f"{old}: projection_altered stream b seq 7 at {sealed.partition}/" \
+           f"{sealed.offset}: row columns differ from the record: response_bytes" in out, out
+    assert "evidence projections rebuild --accept-differences --reason TEXT" in out
+    assert live(cfg) == old and response_of(cfg, "b", 7) == truth + b"x"
+
+    # The flag wants a reason, and is refused without one.
+    assert main(["projections", "rebuild", "--no-progress", "--accept-differences",
+                 *flags(cfg)]) == 2
+    assert "--reason" in capsys.readouterr().err
+    assert live(cfg) == old
+
+    reason = "response bytes of b#7 altered in SQL (INC-23); the log is the truth"
+    assert main(["projections", "rebuild", "--no-progress", "--accept-differences",
+                 "--reason", reason, *flags(cfg)]) == 0
+    out, _ = capsys.readouterr()
+    new = live(cfg)
+    assert new != old  # (the name of the first try's leftover, dropped, may come again)
+    assert f"{new} is live (checked 3 streams, differences accepted, swapped)" in out, out
+    assert f"reason: {reason}" in out and f"{old} -> {new}" in out
+    assert f"{old} is kept (retired) for inspection" in out
+    # The live generation serves the log's bytes; the replaced one is kept as it was.
+    assert response_of(cfg, "b", 7) == truth
+    assert response_of(cfg, "b", 7, schema=old) == truth + b"x"
+    gens = dict(q(cfg, "select name, state from {m}.generations"))
+    assert gens == {old: "retired", new: "live"}, gens  # the first try's leftover dropped
+    assert sql_checksums(cfg) == log_checksums(recs)
+
+    (by, db_user, got_reason, previous, generation, differences, verdict), = q(
+        cfg, "select accepted_by, db_user, reason, previous, generation, differences, "
+             "verdict from {m}.accepted_swaps")
+    assert (got_reason, previous, generation) == (reason, old, new)
+    assert "@" in by and db_user
+    assert len(differences) >= 1 and all(d.startswith("stream b:") for d in differences), \
+        differences
+    assert verdict[0].startswith(f"the log supports {new} (rebuilt from it now)")
+    assert verdict[1].startswith(f"{old}: projection_altered stream b seq 7")
+
+    # The running projector follows the swap and carries on in the new generation.
+    more = produce_chain(topics, streams={"b": 5}, start=heads_of(recs))
+    wait_until("3006 records", lambda: count(cfg) == 3006)
+    assert sql_checksums(cfg) == log_checksums(recs + more)
+
+    code = main(["projections", "status", *flags(cfg)])
+    out, _ = capsys.readouterr()
+    assert code == 0, out
+    assert "differences accepted at a swap: 1" in out
+    assert f"accepted differences #" in out and f"{old} -> {new}; reason: {reason}" in out
+    assert "differed: stream b:" in out and f"verdict: the log supports {new}" in out
+
+    # A later rebuild that agrees swaps as always and drops the kept generation.
+    assert main(["projections", "rebuild", "--no-progress", *flags(cfg)]) == 0
+    assert not schema_exists(cfg, old)
+    assert q(cfg, "select count(*) from {m}.accepted_swaps") == [(1,)]
+
+
+def test_the_flag_never_swaps_to_a_generation_the_log_does_not_support(projected_log):
+    from projections.errors import RebuildMismatch
+    from projections.rebuild import Acceptance, Verdict, rebuild
+
+    cfg, _recs, _projector = projected_log
+    old = live(cfg)
+    q(cfg, "update {v}.records set response_bytes = response_bytes || 'x'::bytea "
+           "where stream = 'a' and seq = 3 returning 1")
+
+    def judge(live_gen, rebuilt):  # as if the rebuilt generation's records differed too
+        return Verdict(live_gen, rebuilt, {live_gen: ("altered",), rebuilt: ("altered",)})
+
+    with pytest.raises(RebuildMismatch) as e:
+        rebuild(cfg, judge=judge, accept=Acceptance("because", "test@host"))
+    assert e.value.verdict.supports is None
+    assert live(cfg) == old
+    assert q(cfg, "select count(*) from {m}.accepted_swaps") == [(0,)]
+
+
+def test_records_projected_while_the_log_is_judged_are_compared_before_an_accepted_swap(
+        projected_log, topics, produce_chain):
+    """The judge reads the log outside the live lock; a live row altered meanwhile (in the
+    records the projector added during the read) was not judged, so it stops the swap."""
+    from cli.projections import _judge
+    from projections.errors import RebuildMismatch
+    from projections.rebuild import Acceptance, rebuild
+
+    cfg, recs, _projector = projected_log
+    old = live(cfg)
+    q(cfg, "update {v}.records set response_bytes = response_bytes || 'x'::bytea "
+           "where stream = 'a' and seq = 3 returning 1")
+    audit = _judge(cfg)
+
+    def judge(live_gen, rebuilt):
+        verdict = audit(live_gen, rebuilt)
+        produce_chain(topics, streams={"c": 5}, start=heads_of(recs))
+        wait_until("3006 records", lambda: count(cfg) == 3006)
+        q(cfg, f'update "{live_gen}".records set response_bytes = response_bytes || %s '
+               f"where stream = 'c' and seq = 503 returning 1", (b"y",))
+        return verdict
+
+    with pytest.raises(RebuildMismatch) as e:
+        rebuild(cfg, judge=judge, accept=Acceptance("because", "test@host"))
+    assert e.value.verdict.supports == e.value.generation
+    assert any(d.startswith("stream c:") and "not judged, not accepted" in d
+               for d in e.value.differences), e.value.differences
+    assert live(cfg) == old
+    assert q(cfg, "select count(*) from {m}.accepted_swaps") == [(0,)]
 
 
 def test_a_bulk_rebuild_flags_the_same_event_id_duplicates_as_the_live_projector(
