@@ -156,7 +156,8 @@ async def served(app: Any, row: tuple[Any, ...], content_key: bytes | None,
                           retry_after=30)
     response = None if body["response_bytes"] is None else bytes(body["response_bytes"])
     if response is not None and redacted and body.get("encryption") is None:
-        response = redaction.mask_bytes(response)
+        response = redaction.mask_response(response, body["capture"]["streamed"],
+                                           body["response_content_type"])
     return _served(r, record, decoded, leaf, response, "log", problem)
 
 

@@ -4,7 +4,7 @@ that sees nothing of this repository, and prove three things there:
 
 1. nothing of the server came along: no top-level ``api``, ``schemas``, ``topics``, ``writer``,
    ``projections``, ``cli``, ``devstack``, ``audit`` or ``fidelity`` package, and no FastAPI,
-   uvicorn, psycopg or jsonschema distribution;
+   uvicorn, psycopg or jsonschema distribution (cryptography comes, for verified replay);
 2. an application with packages of its own called ``api`` and ``schemas`` imports them and
    ``evidence_client`` side by side (no name clash);
 3. that application's call to the fake provider through the official openai SDK, recorded by
@@ -36,7 +36,9 @@ SERVER_PACKAGES = ("api", "schemas", "topics", "writer", "projections", "cli", "
                    "audit", "fidelity", "server", "testing", "chaos", "gateway")
 SERVER_DISTRIBUTIONS = ("evidence-store", "fastapi", "starlette", "uvicorn", "psycopg",
                         "psycopg-binary", "psycopg-pool", "psycopg2", "psycopg2-binary",
-                        "jsonschema", "cryptography")
+                        "jsonschema")
+# cryptography is not among them: the Replayer verifies every answer against Ed25519-signed
+# checkpoints, so the client depends on the contract's [tlog] extra.
 
 # Run inside the fresh venv, with -I (isolated: no cwd, no PYTHONPATH, no user site).
 INSPECT = textwrap.dedent("""
@@ -152,7 +154,7 @@ def test_client_wheel_installs_alone_and_records_into_the_log(
     assert not set(SERVER_PACKAGES) & set(inspect["top_level"]), inspect["top_level"]
     assert {"evidence-store-client", "evidence-store-contract", "openai"} <= set(inspect["dists"])
     requires = {r.split(";")[0].strip() for r in inspect["client_requires"]}
-    assert "evidence-store-contract==0.2.0" in requires, requires
+    assert "evidence-store-contract[tlog]==0.2.0" in requires, requires
     # The installed client is this checkout's gateway/, not something from an index.
     assert inspect["client_file"].startswith(site), inspect["client_file"]
     client_wheel = next(wheels.glob("evidence_store_client-*.whl"))
