@@ -101,6 +101,11 @@ def check_reconstruction(message: bytes, stored_body: bytes, record: Mapping[str
                     f"{_hex(response_digest(served.replay_body or b''))[:16]}… served, "
                     f"{_hex(body['response_digest'])[:16]}… recorded)")
             h = {k.lower(): v for k, v in served.replay_headers.items()}
+            if h.get("evidence-source") == "log":
+                # The API found its row altered and answered from the log (api.evidence).
+                problems.append("/replay served the log's copy: the API found the projected "
+                                "row altered (Evidence-Finding: "
+                                f"{h.get('evidence-finding')})")
             for name, want in (("evidence-stream", body["stream"]),
                                ("evidence-seq", str(seal["seq"])),
                                ("evidence-record-digest", _hex(seal["record_digest"]))):
