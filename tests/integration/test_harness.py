@@ -42,7 +42,9 @@ def harness(make_sealed, make_recorder, fake_provider, make_api_server, database
     s.wait_sealed()
     key = f"harness-{uuid.uuid4().hex}"
     url = make_api_server(Settings(database_url, Keyring([("h", key, ["*"])]),
-                                   views_schema=s.cfg.views_schema))
+                                   views_schema=s.cfg.views_schema,
+                                   kafka_bootstrap=s.cfg.bootstrap,
+                                   topic_prefix=s.topics.names.prefix))
     script = tmp_path / "reexecute.py"
     script.write_text(REEXECUTE)
 
