@@ -125,10 +125,12 @@ def _served(r: dict[str, Any], record: bytes, decoded: Any, leaf: bytes, respons
 
 
 async def served(app: Any, row: tuple[Any, ...], content_key: bytes | None,
-                 redaction: Any) -> Served:
+                 redaction: Any, *, verifiable: bool = False) -> Served:
     """The row checked, or on a disagreement the record read from the log (see the module
     docstring). Raises :class:`~api.errors.Unavailable` when the row fails and the log
-    cannot be read or does not hold the record."""
+    cannot be read or does not hold the record; with ``verifiable`` (a bundle, which its
+    reader verifies) it answers the row as it is instead, ``problem`` saying what failed,
+    so the reader's own check refuses it with the tamper error rather than a 503."""
     r = dict(zip(SERVE_COLUMNS, row))
     redacted = redaction is not None and redaction.covers(r["stream"])
     problem, decoded, leaf = check_row(row, content_key, redacted)
@@ -141,9 +143,16 @@ async def served(app: Any, row: tuple[Any, ...], content_key: bytes | None,
     log.warning("the projection's copy of %s fails its check: %s; serving the log's",
                 where, problem)
     await _record_finding(app, r, problem)
-    record = await app.state.log_reader.read(r["log_partition"], r["log_offset"],
-                                             f"{where}, whose projected copy fails its check "
-                                             f"({problem})")
+    try:
+        record = await app.state.log_reader.read(r["log_partition"], r["log_offset"],
+                                                 f"{where}, whose projected copy fails its "
+                                                 f"check ({problem})")
+    except Unavailable:
+        if not verifiable or decoded is None:
+            raise
+        response = None if r["response_bytes"] is None else bytes(r["response_bytes"])
+        return _served(r, bytes(r["record_bytes"]), decoded, leaf, response, "projection",
+                       problem)
     log_problem, decoded, leaf = _record_problem(record, r["stream"], r["seq"])
     if log_problem is not None:
         raise Unavailable(f"the projection's copy of {where} fails its check ({problem}) and "

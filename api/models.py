@@ -232,6 +232,8 @@ class EvidenceBundle(BaseModel):
     leaf_hash: HexHash = Field(description="the record's Merkle leaf hash")
     source: str = Field(description="projection, or log when the projected row failed the "
                                     "API's check and the log's copy is served")
+    finding: str | None = Field(description="what the projected row got wrong, when it failed "
+                                            "the API's check (null otherwise)")
     checkpoint: str | None = Field(description="the stream's latest signed checkpoint note "
                                                "with its cosignatures; null before the first")
     inclusion: BundleInclusion | None = Field(description="null until a checkpoint covers "

@@ -196,7 +196,7 @@ def parse_bundle(doc: object) -> Bundle:
         first = _int(consistency.get("first"), "consistency.first")
         hashes = _hashes(consistency.get("hashes"), "consistency proof")
     known = {"stream", "seq", "record_b64", "leaf_hash", "checkpoint", "inclusion",
-             "consistency"}
+             "consistency"}  # the rest (content, source, finding, ...) is kept as extra
     return Bundle(stream=stream, seq=_int(doc.get("seq"), "seq"), record=record,
                   leaf_hash=_hex32(doc.get("leaf_hash"), "leaf_hash"),
                   checkpoint=checkpoint.encode("utf-8"),

@@ -13,7 +13,8 @@ is not trusted for any of it. So a verified replay costs one request.
 
 The record is checked here too before it is served (:mod:`api.evidence`): a projected row
 that disagrees with its sealed record is replaced by the log's copy (``source`` is then
-``log``) and reported. A record that no checkpoint covers yet has ``inclusion`` null (and
+``log``, ``finding`` says what the row got wrong) and reported; when the log cannot be read the
+row is answered as it is, with its ``finding``, and the reader's check refuses it. A record that no checkpoint covers yet has ``inclusion`` null (and
 ``checkpoint`` null when the stream has none): the writer signs one every few seconds, ask
 again. An erased record is a 410, as everywhere.
 """
@@ -58,7 +59,7 @@ async def _bundle(request: Request, db: Db, s: Served, known_size: int | None
         "content_type": s.content_type,
         "content": "redacted" if withheld else "encrypted" if s.encrypted else "plain",
         "record_b64": None if withheld else base64.b64encode(s.record).decode("ascii"),
-        "leaf_hash": s.leaf_hash.hex(), "source": s.source,
+        "leaf_hash": s.leaf_hash.hex(), "source": s.source, "finding": s.problem,
         "checkpoint": None, "inclusion": None, "consistency": None}
     cp, lines = await db.checkpoint(s.stream, None, MAX_COSIGNATURES)
     if cp is None:
@@ -109,7 +110,7 @@ async def replay_bundle(
     erased = erased_of(row, 6)
     if erased is not None:
         raise Erased(f"record {row[0]} #{row[1]}", *erased)
-    checked = await served(request.app, row, ck, await db.redaction())
+    checked = await served(request.app, row, ck, await db.redaction(), verifiable=True)
     return await _bundle(request, db, checked, known_size)
 
 
@@ -128,5 +129,5 @@ async def record_bundle(stream: StreamId, seq: Seq, request: Request, key: Calle
     erased = erased_of(row, 6)
     if erased is not None:
         raise Erased(f"record {stream} #{seq}", *erased)
-    checked = await served(request.app, row, None, await db.redaction())
+    checked = await served(request.app, row, None, await db.redaction(), verifiable=True)
     return await _bundle(request, db, checked, known_size)
