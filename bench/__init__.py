@@ -9,5 +9,6 @@ Modules:
     peer       the ``eventsourcing`` library's PostgreSQL recorder, the sealing peer
     latency    capture-to-queryable latency at fixed offered rates, through the Recorder
     report     results/<date>.json, .md and .png
-    seal_rate, rebuild_rate, api_verify   the single-measurement scripts the driver reuses
+    seal_rate, rebuild_rate, api_verify, replay_verified   the single-measurement scripts
+               the driver reuses (replay_verified: verified vs unverified replay)
 """

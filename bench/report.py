@@ -120,7 +120,9 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(f"| {v['concurrency']} | {a['rps']:.0f} | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} | "
                      f"{a.get('errors', 0)} | {c['rps']:.0f} | {c['p50_ms']:.1f} | {c['p99_ms']:.1f} | "
                      f"{c.get('errors', 0)} | {v['ratio']:.2f} |")
-    lines += ["", "## 5. Peak RSS (VmHWM) during 1–4", "", "| process | MiB |", "|---|---|"]
+    lines += ["", "## 5. Peak RSS (VmHWM) during 1–4" + (" and 7" if r.get("replay_verified")
+                                                          else ""),
+              "", "| process | MiB |", "|---|---|"]
     for name, mib in r["peak_rss_mib"].items():
         lines.append(f"| {name} | {_fmt(mib, 1)} |")
     if r.get("scale_out"):
@@ -136,8 +138,35 @@ def markdown(r: dict[str, Any]) -> str:
             owned = " + ".join(str(len(p)) for p in x["partitions_owned"])
             lines.append(f"| {x['writers']} | {_fmt(x['records_per_s'])} | {x['seconds']} | "
                          f"{owned} | {'yes' if x['rebalanced'] else 'no'} |")
+    if r.get("replay_verified"):
+        lines += _replay_verified(r["replay_verified"])
     lines += ["", f"Reproduce: `{r['command']}`", ""]
     return "\n".join(lines)
+
+
+def _replay_verified(x: dict[str, Any]) -> list[str]:
+    """Section 7 (``bench.replay_verified``)."""
+    v = x["verified"]
+    lines = ["", "## 7. Verified vs unverified replay (same API, alternating rounds)", "",
+             f"{x['calls']} calls recorded through the Recorder on `{x['stream']}`, replayed "
+             f"once the API served them and a signed checkpoint covered them "
+             f"({x['covered']['seconds']} s after the Recorder closed); {x['rounds']} "
+             f"rounds, each reading every call once with each "
+             f"reader, the order alternating; one read at a time through "
+             f"`Replayer.http_client()`. Verified / unverified: **{x['ratio']:.2f}×** the "
+             f"reads/s, {x['p50_ratio']:.2f}× the p50; the client-side check's p50 "
+             f"{_fmt(v.get('client_check_us_p50'), 0)} µs a read; CPU steal "
+             f"{_fmt(x.get('steal_pct'), 1)}%.", "",
+             "| reader | reads/s | p50 ms | p99 ms | API round trip p50 ms | API requests / "
+             "read | API bytes / read | failed |", "|---|---|---|---|---|---|---|---|"]
+    for name, what in (("verified", "verified (bundle, proofs, signed checkpoint)"),
+                       ("unverified", "unverified (`verify=False`)")):
+        y = x[name]
+        lines.append(f"| {what} | {y['rps']:,.0f} | {y['p50_ms']:.2f} | {y['p99_ms']:.2f} | "
+                     f"{_fmt(y.get('api_ms_p50'), 2)} | {y['api_requests_per_read']:.2f} | "
+                     f"{_fmt(y['api_bytes_per_read'])} | "
+                     f"{y['errors']} |")
+    return lines
 
 
 def chart(r: dict[str, Any], path: Path) -> bool:

@@ -25,6 +25,10 @@ so none pays for what the sections before it wrote; the report says how much was
 6. Scale-out (``bench.scale_out``): the captures of 1 sealed by 1 writer and by 2 writers
    (one group) on topics of their own, each timed from a settled group over an intake
    pre-loaded while the writers were paused; the ratio is 2 writers over 1.
+7. Verified vs unverified replay (``bench.replay_verified``, before 5 reads the peak RSS):
+   a few hundred calls recorded through the Recorder, replayed once a checkpoint covers them
+   by a verifying Replayer (the default: bundle, proofs, signed checkpoint) and by one with
+   ``verify=False``, in alternating rounds; the ratio is verified reads/s over unverified.
 
 Every run makes its own topics and schemas (prefix ``bench<hex>``) and drops them after.
 """
@@ -53,9 +57,10 @@ RESULTS = ROOT / "bench" / "results"
 
 # "max": the writer's own sealing rate, measured in section 1 of the same run.
 FULL = {"captures": 200_000, "rates": "100,1000,5000,10000,max", "latency_seconds": 10.0,
-        "concurrency": "4,16,64,256", "verify_seconds": 5.0}
+        "concurrency": "4,16,64,256", "verify_seconds": 5.0, "replay_calls": 300,
+        "replay_rounds": 6}
 QUICK = {"captures": 20_000, "rates": "100,1000,max", "latency_seconds": 4.0,
-         "concurrency": "4,64", "verify_seconds": 2.0}
+         "concurrency": "4,64", "verify_seconds": 2.0, "replay_calls": 50, "replay_rounds": 2}
 
 
 def _say(msg: str) -> None:
@@ -353,6 +358,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--latency-seconds", type=float, help="seconds of load per rate")
     a("--concurrency", help="verify concurrency levels, comma-separated")
     a("--verify-seconds", type=float, help="seconds per verify/bare round")
+    a("--replay-calls", type=int,
+      help="calls recorded and replayed, verified and unverified (section 7)")
+    a("--replay-rounds", type=int, help="rounds of section 7, each reading every call with "
+                                        "both readers")
     a("--api-workers", type=int, default=None,
       help="API worker processes (default: one per core, api.config.default_workers())")
     a("--es-batch", type=int, default=1000,
@@ -402,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
                    "partitions": args.partitions, "response_bytes": args.response_bytes,
                    "rates": args.rate_list, "latency_seconds": args.latency_seconds,
                    "concurrency": args.concurrency_levels, "verify_seconds": args.verify_seconds,
-                   "eventsourcing_batch": args.es_batch, "prefix": args.tag},
+                   "eventsourcing_batch": args.es_batch, "replay_calls": args.replay_calls,
+                   "replay_rounds": args.replay_rounds, "prefix": args.tag},
     }
     _say(f"run {args.tag}: {result['machine']['cpu']}, {result['machine']['cores']} cores; "
          f"{args.captures} captures")
@@ -476,6 +486,16 @@ def main(argv: list[str] | None = None) -> int:
             offsets = conn.execute(f'select log_partition, log_offset from "{cfg.views_schema}".records '
                                    "order by random() limit 5000").fetchall()
         result["verify"] = verify_vs_bare(args, base, key, args.captures, offsets)
+
+        from bench.replay_verified import measure as replay_verified
+        from tests.fixtures.writer import log_signing_key
+
+        # The writer of this run signs checkpoints with the test log key (writer_env).
+        with tempfile.TemporaryDirectory(prefix="bench-replay-spool-") as spool:
+            result["replay_verified"] = replay_verified(
+                args.bootstrap, args.tag, base, key, log_signing_key()[0].verifier,
+                args.replay_calls, args.replay_rounds, Path(spool), stream="bench:replay",
+                say=_say)
 
         from bench.services import peak_rss_mib
 

@@ -1,7 +1,8 @@
 """`make bench QUICK=1`'s code path on a tiny N, so the harness does not rot.
 
 Every measurement runs (sealing with both baselines, latency through the Recorder, rebuild
-vs COPY, verify vs bare, RSS) and the three results files are written. No timing is
+vs COPY, verify vs bare, verified vs unverified replay, RSS) and the three results files are
+written. No timing is
 asserted: this machine is shared, and the numbers mean nothing at this size.
 """
 
@@ -19,6 +20,7 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
 
     rc = main(["--quick", "--captures", "320", "--rates", "50", "--latency-seconds", "1",
                "--concurrency", "1,2", "--verify-seconds", "0.3", "--es-batch", "100",
+               "--replay-calls", "20", "--replay-rounds", "2",
                "--bootstrap", kafka_bootstrap, "--database-url", database_url,
                "--out", str(tmp_path), "--stem", "t"])
     assert rc == 0
@@ -47,6 +49,22 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert "disk was settled" in (tmp_path / "t.md").read_text()
     assert [v["concurrency"] for v in result["verify"]] == [1, 2]
     assert all(v["verify"]["errors"] == 0 and v["bare"]["errors"] == 0 for v in result["verify"])
+    # Verified and unverified replay read every recorded call in each round, none failed,
+    # and a verified read is one request of the API in the steady state (stream= is set).
+    replay = result["replay_verified"]
+    assert (replay["calls"], replay["rounds"], replay["concurrency"]) == (20, 2, 1)
+    assert replay["covered"]["checkpoint_size"] >= 20
+    for name in ("verified", "unverified"):
+        r = replay[name]
+        assert r["reads"] == 40 and r["errors"] == 0 and "first_error" not in r
+        assert r["api_requests_per_read"] == 1.0 and "api_ms_p50" in r
+        assert r["rps"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] and len(r["rounds_rps"]) == 2
+    # The bundle carries the record, the checkpoint and the proofs beside the response.
+    assert replay["verified"]["api_bytes_per_read"] > replay["unverified"]["api_bytes_per_read"]
+    assert replay["verified"]["client_check_us_p50"] > 0
+    assert "client_check_us_p50" not in replay["unverified"]
+    assert replay["ratio"] > 0 and replay["p50_ratio"] > 0
+    assert "Verified vs unverified replay" in (tmp_path / "t.md").read_text()
     assert all(result["peak_rss_mib"][p] for p in ("writer", "projector", "api"))
     # Each timed part says how much of the cores' time the hypervisor gave away over it.
     steals = [result["steal_pct"], result["sealing"]["writer"]["steal_pct"],
