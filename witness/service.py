@@ -19,8 +19,8 @@ One :class:`Witness` holds the configuration, its key and its state directory. I
   tlog-witness push API ``POST /add-checkpoint`` (https://c2sp.org/tlog-witness: 200 with the
   cosignature line; 400 a malformed body or an old size above the checkpoint's; 403 no
   valid log signature; 404 an origin not of this log; 409 ``text/x.tlog.size`` with the size
-  it last cosigned when the old size is not that, or the same size with another root; 422 a
-  consistency proof that does not verify).
+  it last cosigned when the old size is not that; 422 a consistency proof that does not
+  verify, or the same size with another root: a fork).
 
 Transport errors of the log's API are retried on the next poll; they are not refusals.
 """
@@ -43,7 +43,7 @@ from evidence_contract.tlog import checkpoint_origin, stream_of_origin
 from server.logs import event_logger
 
 from witness.core import (
-    ROOT_CHANGED, Cosigned, Opened, Refusal, check, cosign,
+    Cosigned, Opened, Refusal, check, cosign,
     open_log_checkpoint, parse_add_checkpoint,
 )
 from witness.state import StateDir
@@ -250,8 +250,9 @@ class Witness:
             refusal = check(last, cp, req.proof)
             if refusal is not None:
                 self._refuse(stream, req.checkpoint, refusal, opened, last, "add-checkpoint")
-                status = 409 if refusal.kind == ROOT_CHANGED else 422
-                return _Answer(status, f"{refusal.reason}\n".encode())
+                # tlog-witness: a proof that does not verify, or the same size with another
+                # root (a fork), is 422; 409 is only for an old size that is not ours.
+                return _Answer(422, f"{refusal.reason}\n".encode())
             if last is not None and last.size == cp.size:
                 note = last.note
             else:

@@ -186,7 +186,7 @@ def test_add_checkpoint_speaks_the_tlog_witness_protocol(tmp_path):
     text = format_checkpoint(Checkpoint("another.log/x", 1, bytes(32)))
     assert w.add_checkpoint(_body(0, [], format_note(text, [sign(LOG, text)]))).status == 404
     rewritten = FakeLog(_leaves(20, b"rewritten"))
-    assert w.add_checkpoint(_body(20, [], rewritten.note())).status == 409  # same size, new root
+    assert w.add_checkpoint(_body(20, [], rewritten.note())).status == 422  # same size, new root
 
 
 def test_the_http_endpoint_serves_checkpoints_refusals_and_add_checkpoint(tmp_path):
