@@ -426,6 +426,40 @@ class Database:
                     self._q["cosignatures"], (stream, Int8(row[0]), max_cosignatures))).fetchall()
         return (int(row[0]), bytes(row[1]), bytes(row[2])), [r[0] for r in lines]
 
+    async def bundle_proofs(self, stream: str, seq: int, known_size: int | None,
+                            max_cosignatures: int) -> tuple[Any, list[str], Any]:
+        """What an evidence bundle of record ``seq`` needs, on one connection in two round
+        trips: ``((tree_size, root, note) of the latest checkpoint, its cosignature lines,
+        {(level, index): hash} of the nodes of the record's inclusion proof and of the
+        consistency proof from ``known_size``)``. The nodes are None when the projected tree
+        is smaller than the checkpoint (catching up) and {} when no checkpoint covers
+        ``seq``."""
+        from evidence_contract.merkle import consistency_nodes, inclusion_nodes
+
+        v = f'"{self.views}"'
+        head = (f"select c.tree_size, c.root, c.note, t.size, array(select s.line from "
+                f"{v}.cosignatures s where s.stream = c.stream and s.tree_size = c.tree_size "
+                f"order by s.witness, s.key_id limit %s) from {v}.checkpoints c "
+                f"left join {v}.trees t on t.stream = c.stream "
+                f"where c.stream = %s order by c.tree_size desc limit 1")
+        with translate("bundle"):
+            async with self._connection() as conn:
+                row = await (await conn.execute(head, (max_cosignatures, stream))).fetchone()
+                if row is None:
+                    return None, [], {}
+                size = int(row[0])
+                cp, lines = (size, bytes(row[1]), bytes(row[2])), list(row[4] or [])
+                if seq > size:
+                    return cp, lines, {}
+                if row[3] is None or int(row[3]) < size:
+                    return cp, lines, None
+                wanted = inclusion_nodes(seq - 1, size)
+                if known_size is not None and known_size < size:
+                    wanted = list(dict.fromkeys([*wanted, *consistency_nodes(known_size, size)]))
+                found = await (await conn.execute(self._q["nodes"], (
+                    [lv for lv, _ in wanted], [i for _, i in wanted], stream))).fetchall()
+        return cp, lines, {(int(lv), int(i)): bytes(h) for lv, i, h in found}
+
     async def tree(self, stream: str) -> tuple[int, bytes] | None:
         """The projected tree of ``stream``: (size, root); None before its first record."""
         row = await self._one("tree", self._q["tree"], (stream,))

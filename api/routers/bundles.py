@@ -26,20 +26,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from evidence_contract.merkle import (
-    consistency_nodes,
-    consistency_proof_from,
-    inclusion_nodes,
-    inclusion_proof_from,
-)
+from evidence_contract.merkle import consistency_proof_from, inclusion_proof_from
 
 from ..deps import Caller, Db, Seq, StreamId, not_found
-from ..errors import Erased, InvalidRequest
+from ..errors import Erased, InvalidRequest, Unavailable
 from ..evidence import Served, served
 from ..models import MAX_SEQ, STREAM_PATTERN, EvidenceBundle, erased_of
 from ..responses import ERASED, ERRORS
 from .replay import HEX_KEY
-from .tlog import MAX_COSIGNATURES, node_lookup
+from .tlog import MAX_COSIGNATURES
 
 __all__ = ["record_bundle", "replay_bundle", "router"]
 
@@ -61,18 +56,25 @@ async def _bundle(request: Request, db: Db, s: Served, known_size: int | None
         "record_b64": None if withheld else base64.b64encode(s.record).decode("ascii"),
         "leaf_hash": s.leaf_hash.hex(), "source": s.source, "finding": s.problem,
         "checkpoint": None, "inclusion": None, "consistency": None}
-    cp, lines = await db.checkpoint(s.stream, None, MAX_COSIGNATURES)
+    cp, lines, nodes = await db.bundle_proofs(s.stream, s.seq, known_size, MAX_COSIGNATURES)
     if cp is None:
         return out
     size, _root, note = cp
-    out["checkpoint"] = (bytes(note) + "".join(lines).encode("utf-8")).decode("utf-8")
+    out["checkpoint"] = (note + "".join(lines).encode("utf-8")).decode("utf-8")
     if s.seq > size:
         return out
+    if nodes is None:
+        raise Unavailable(f"the projection's tree of stream {s.stream} is smaller than its "
+                          f"latest checkpoint ({size}); it is catching up", retry_after=2)
+
+    def lookup(level: int, index: int) -> bytes:
+        try:
+            return nodes[(level, index)]
+        except KeyError:
+            raise Unavailable(f"the projection lacks tree node {(level, index)} of stream "
+                              f"{s.stream}; rebuild the projections", retry_after=30) from None
+
     index = s.seq - 1
-    wanted = list(dict.fromkeys([*inclusion_nodes(index, size)]))
-    if known_size is not None and known_size < size:
-        wanted = list(dict.fromkeys([*wanted, *consistency_nodes(known_size, size)]))
-    lookup = await node_lookup(db, s.stream, wanted, size)
     out["inclusion"] = {"leaf_index": index, "tree_size": size,
                         "hashes": [h.hex() for h in inclusion_proof_from(index, size, lookup)]}
     if known_size is not None and known_size <= size:
