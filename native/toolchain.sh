@@ -5,6 +5,11 @@
 # /root/.cargo/bin, /usr/local/cargo/bin), as devstack looks for Go beside PATH. Found outside
 # PATH, rustup's proxies need their RUSTUP_HOME and CARGO_HOME: the ones beside that cargo.
 
+# has_toolchains DIR: DIR is a rustup home with at least one toolchain installed.
+has_toolchains() {
+    [ -d "$1/toolchains" ] && [ -n "$(ls -A "$1/toolchains" 2>/dev/null)" ]
+}
+
 # find_cargo: print the cargo that would build, with PATH (and CARGO_HOME, RUSTUP_HOME where
 # they were unset) exported for it; return 1 when there is none.
 find_cargo() {
@@ -21,8 +26,10 @@ find_cargo() {
     if [ -z "${CARGO_HOME:-}" ] && [ "$(basename "$home")" = ".cargo" ]; then
         export CARGO_HOME="$home"
     fi
-    if [ -z "${RUSTUP_HOME:-}" ] && [ ! -d "${HOME:-/nonexistent}/.rustup" ] \
-            && [ -d "$(dirname "$home")/.rustup" ]; then
+    # A ~/.rustup without toolchains (an empty one, made by a rustup proxy run under a fresh
+    # HOME) is no rustup home: the one beside that cargo is, if it has toolchains.
+    if [ -z "${RUSTUP_HOME:-}" ] && ! has_toolchains "${HOME:-/nonexistent}/.rustup" \
+            && has_toolchains "$(dirname "$home")/.rustup"; then
         export RUSTUP_HOME="$(dirname "$home")/.rustup"
     fi
     PATH="$bindir:$PATH"
