@@ -29,11 +29,11 @@ from fastapi import APIRouter, Path, Query, Request
 from evidence_contract.merkle import consistency_proof_from, inclusion_proof_from
 
 from ..deps import Caller, Db, Seq, StreamId, not_found
-from ..errors import Erased, InvalidRequest, Unavailable
+from ..errors import Erased, Unavailable
 from ..evidence import Served, served
 from ..models import MAX_SEQ, STREAM_PATTERN, EvidenceBundle, erased_of
 from ..responses import ERASED, ERRORS
-from .replay import HEX_KEY
+from .replay import HEX_KEY, replay_row
 from .tlog import MAX_COSIGNATURES
 
 __all__ = ["record_bundle", "replay_bundle", "router"]
@@ -101,17 +101,7 @@ async def replay_bundle(
     message, the stream's latest signed checkpoint and the record's inclusion proof in it
     (null until a checkpoint covers the record), and with `known_size` a consistency proof
     from that size. Nothing in it needs trusting the API: check it with the log's key."""
-    if not HEX_KEY.fullmatch(content_key_hex):
-        raise InvalidRequest("content_key_hex must be 64 hex digits (a SHA-256 content key)")
-    if stream is not None and not key.scope.allows(stream):
-        raise not_found(f"committed record with content key {content_key_hex.lower()}")
-    ck = bytes.fromhex(content_key_hex)
-    row = await db.replay(ck, key.scope, stream, None)
-    if row is None:
-        raise not_found(f"committed record with content key {ck.hex()}")
-    erased = erased_of(row, 6)
-    if erased is not None:
-        raise Erased(f"record {row[0]} #{row[1]}", *erased)
+    ck, row = await replay_row(content_key_hex, key, db, stream, None)
     checked = await served(request.app, row, ck, await db.redaction(), verifiable=True)
     return await _bundle(request, db, checked, known_size)
 

@@ -23,7 +23,7 @@ from ..responses import BODY_ERRORS, ERASED, ERRORS
 from ..evidence import served
 from ..verify import Original, VerifyResult, verify
 
-__all__ = ["HEX_KEY", "replay_serve", "replay_verify", "router"]
+__all__ = ["HEX_KEY", "replay_row", "replay_serve", "replay_verify", "router"]
 
 router = APIRouter(tags=["replay"])
 
@@ -114,6 +114,24 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
                     headers=headers)
 
 
+async def replay_row(content_key_hex: str, key: Any, db: Any, stream: str | None,
+                     seq: int | None) -> tuple[bytes, tuple[Any, ...]]:
+    """``(content key, row)`` of the record a replay of ``content_key_hex`` serves
+    (``api.evidence.SERVE_COLUMNS``), not yet checked; 422, 404 or 410 ``erased`` otherwise."""
+    if not HEX_KEY.fullmatch(content_key_hex):
+        raise InvalidRequest("content_key_hex must be 64 hex digits (a SHA-256 content key)")
+    if stream is not None and not key.scope.allows(stream):
+        raise not_found(f"committed record with content key {content_key_hex.lower()}")
+    ck = bytes.fromhex(content_key_hex)
+    row = await db.replay(ck, key.scope, stream, seq)
+    if row is None:
+        raise not_found(f"committed record with content key {ck.hex()}")
+    erased = erased_of(row, 6)
+    if erased is not None:
+        raise Erased(f"record {row[0]} #{row[1]}", *erased)
+    return ck, row
+
+
 @router.get("/replay/{content_key_hex}", responses={
     200: {"content": {"application/octet-stream": {}},
           "description": "the verbatim response body, with its recorded Content-Type"},
@@ -141,19 +159,9 @@ async def replay_serve(
     trusting the API, use `GET /replay/{content_key_hex}/bundle`. For an encrypted stream the content key is
     the keyed one and the body is the sealed envelope (the Replayer opens it with the
     subject's key); 410 `erased` when that key was erased."""
-    if not HEX_KEY.fullmatch(content_key_hex):
-        raise InvalidRequest("content_key_hex must be 64 hex digits (a SHA-256 content key)")
     if seq is not None and stream is None:
         raise InvalidRequest("seq needs stream: give both, or neither")
-    if stream is not None and not key.scope.allows(stream):
-        raise not_found(f"committed record with content key {content_key_hex.lower()}")
-    ck = bytes.fromhex(content_key_hex)
-    row = await db.replay(ck, key.scope, stream, seq)
-    if row is None:
-        raise not_found(f"committed record with content key {ck.hex()}")
-    erased = erased_of(row, 6)
-    if erased is not None:
-        raise Erased(f"record {row[0]} #{row[1]}", *erased)
+    ck, row = await replay_row(content_key_hex, key, db, stream, seq)
     redaction = await db.redaction()
     checked = await served(request.app, row, ck, redaction)
     content_type = checked.content_type
