@@ -8,7 +8,6 @@ partition), failing as librdkafka does after a broker stall: a ``KafkaException`
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future
 
 import pytest
@@ -16,14 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from projections.config import ProjectorConfig
 from projections.heartbeat import FIRST_RETRY_S, EndOffsets, retry_delay
-
-
-def wait_until(what, predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
+from tests.fixtures.log import wait_until  # a bounded wait on a condition
 
 
 FENCED = KafkaError(KafkaError.FENCED_LEADER_EPOCH,
