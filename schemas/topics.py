@@ -50,9 +50,17 @@ class TopicNames:
         never expired: the erasure itself is evidence."""
         return f"{self.prefix}.erasures"
 
-    def all(self) -> tuple[str, str, str, str, str, str]:
+    @property
+    def tree(self) -> str:
+        """The deployment log's one partition (docs/witnessing.md): every stream checkpoint
+        the writers sign, in commit order (the entries of the one tree witnesses follow), and
+        the publisher's signed deployment checkpoints and witness cosignatures; like the log,
+        never compacted and never expired."""
+        return f"{self.prefix}.tree"
+
+    def all(self) -> tuple[str, str, str, str, str, str, str]:
         return (self.intake, self.log, self.writer_state, self.rejected, self.checkpoints,
-                self.erasures)
+                self.erasures, self.tree)
 
 
 def murmur2(data: bytes) -> int:

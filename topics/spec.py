@@ -71,7 +71,8 @@ class TopicSpec:
 
 
 def topic_specs(settings: TopicSettings) -> list[TopicSpec]:
-    """The six topics, in the order they are created."""
+    """The seven topics, in the order they are created. All but the tree share the partition
+    count; the tree has one partition: its order is the deployment tree's."""
     n = settings.names
     forever = {"retention.ms": "-1", "retention.bytes": "-1"}
     return [
@@ -133,6 +134,16 @@ def topic_specs(settings: TopicSettings) -> list[TopicSpec]:
                 "unclean.leader.election.enable": "false",
             },
         ),
+        TopicSpec(
+            n.tree,
+            1,
+            settings.replication_factor,
+            {
+                "cleanup.policy": "delete",
+                **forever,
+                "unclean.leader.election.enable": "false",
+            },
+        ),
     ]
 
 
@@ -173,13 +184,15 @@ def topics_error(specs: list[TopicSpec], counts: dict[str, int],
             + "\nFix them with kafka-configs, or use another EVIDENCE_TOPIC_PREFIX."
         )
     expected = specs[0].partitions
-    have = sorted(set(counts.values()))
+    shared = {s.name for s in specs if s.partitions == expected}
+    have = sorted({n for name, n in counts.items() if name in shared})
     if len(have) == 1:
         found = f"the existing topics have {have[0]}"
         hint = f"To keep these topics, set EVIDENCE_TOPIC_PARTITIONS={have[0]}. "
     else:
         found = ("the existing topics disagree among themselves ("
-                 + ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) + ")")
+                 + ", ".join(f"{name} {n}" for name, n in sorted(counts.items())
+                        if name in shared) + ")")
         hint = ("Topics under one prefix that disagree were changed or created by hand; "
                 "which count a stream's earlier records used must be established before "
                 "anything writes to them. ")

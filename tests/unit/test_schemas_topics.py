@@ -26,4 +26,4 @@ def test_partition_for_is_positive_murmur2_modulo_the_partition_count():
 
 def test_topic_names_under_a_prefix():
     assert TopicNames("x").all() == ("x.intake", "x.log", "x.writer-state", "x.rejected",
-                                    "x.checkpoints", "x.erasures")
+                                    "x.checkpoints", "x.erasures", "x.tree")

@@ -18,7 +18,7 @@ from topics import (
 def test_names_share_a_prefix():
     assert TopicNames().all() == ("evidence.intake", "evidence.log",
                                   "evidence.writer-state", "evidence.rejected",
-                                  "evidence.checkpoints", "evidence.erasures")
+                                  "evidence.checkpoints", "evidence.erasures", "evidence.tree")
     assert TopicNames("t1").log == "t1.log"
 
 
@@ -30,8 +30,10 @@ def test_settings_from_env():
     assert TopicSettings.from_env({}).partitions == 6
 
 
-def test_every_topic_has_the_same_partition_count():
-    assert {s.partitions for s in topic_specs(TopicSettings(partitions=9))} == {9}
+def test_every_topic_but_the_tree_has_the_same_partition_count():
+    specs = topic_specs(TopicSettings(partitions=9))
+    assert {s.partitions for s in specs if s.name != "evidence.tree"} == {9}
+    assert [s.partitions for s in specs if s.name == "evidence.tree"] == [1]
 
 
 def test_record_and_rejected_topics_keep_everything_forever():
@@ -58,7 +60,9 @@ def test_config_problems_names_each_difference():
 
 
 def _counts(n: int, **overrides: int) -> dict[str, int]:
-    return {name: overrides.get(name, n) for name in TopicNames().all()}
+    # The tree topic has one partition whatever the count (docs/witnessing.md).
+    return {name: overrides.get(name, 1 if name == TopicNames().tree else n)
+            for name in TopicNames().all()}
 
 
 def test_topics_error_is_none_when_nothing_is_wrong():
@@ -80,13 +84,15 @@ def test_a_partition_count_change_is_refused_with_the_migration():
     e = topics_error(specs, counts, problems)
     assert isinstance(e, TopicPartitionsError) and isinstance(e, TopicConfigError)
     text = str(e)
-    for name in TopicNames().all():
+    for name in TopicNames().all()[:-1]:
         assert f"{name}: 6 partitions, expected 12" in text
+    assert "evidence.tree:" not in text
     assert "EVIDENCE_TOPIC_PARTITIONS=12; the existing topics have 6" in text
     assert "set EVIDENCE_TOPIC_PARTITIONS=6" in text
     assert "kafka-topics --alter --partitions" in text
     assert "new EVIDENCE_TOPIC_PREFIX" in text and "docs/sizing.md" in text
-    assert partition_mismatches(specs, counts) == counts
+    assert partition_mismatches(specs, counts) == {
+        k: v for k, v in counts.items() if k != TopicNames().tree}
 
 
 def test_topics_that_disagree_among_themselves_are_each_named():
@@ -96,6 +102,7 @@ def test_topics_that_disagree_among_themselves_are_each_named():
     assert isinstance(e, TopicPartitionsError)
     assert "disagree among themselves" in str(e)
     assert "evidence.intake 6" in str(e) and "evidence.log 12" in str(e)
+    assert "evidence.tree" not in str(e)
     assert "set EVIDENCE_TOPIC_PARTITIONS=" not in str(e)
     assert partition_mismatches(specs, counts) == {"evidence.log": 12}
 
@@ -116,8 +123,10 @@ class _FakeAdmin:
         self._partitions = partitions
 
     def list_topics(self, timeout):
-        topic = SimpleNamespace(partitions=dict.fromkeys(range(self._partitions)), error=None)
-        return SimpleNamespace(topics=dict.fromkeys(self._specs, topic))
+        return SimpleNamespace(topics={
+            name: SimpleNamespace(partitions=dict.fromkeys(range(
+                1 if name.endswith(".tree") else self._partitions)), error=None)
+            for name in self._specs})
 
     def describe_configs(self, resources, request_timeout):
         return {r: _Future({k: SimpleNamespace(value=v)
