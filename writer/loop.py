@@ -299,8 +299,11 @@ class SealLoop:
         issued = []
         for p, stream in trees.due(now):
             cp = trees.issue(p, stream, now)
-            produce(self.producer, self.names.checkpoints, cp.note, stream.encode("utf-8"), p,
-                    cp.headers)
+            key, headers = stream.encode("utf-8"), cp.headers
+            produce(self.producer, self.names.checkpoints, cp.note, key, p, headers)
+            # The same note, an entry of the deployment tree (docs/witnessing.md): the tree
+            # topic's one partition orders every writer's checkpoints as they commit.
+            produce(self.producer, self.names.tree, cp.note, key, 0, headers)
             issued.append(cp)
         return issued
 
