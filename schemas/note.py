@@ -1,9 +1,9 @@
-"""C2SP signed notes, tlog checkpoints and cosignatures with Ed25519. Pure.
+"""C2SP signed notes, tlog checkpoints and cosignatures (Ed25519, ML-DSA-44). Pure.
 
 The formats of https://c2sp.org/signed-note, https://c2sp.org/tlog-checkpoint and
-https://c2sp.org/tlog-cosignature (its Ed25519 ``cosignature/v1``), byte for byte as Go's
-``golang.org/x/mod/sumdb/note`` and ``github.com/transparency-dev/formats`` read and write
-them, so any witness or verifier of that ecosystem checks what we sign::
+https://c2sp.org/tlog-cosignature (Ed25519 ``cosignature/v1`` and ML-DSA-44 ``subtree/v1``),
+byte for byte as Go's ``golang.org/x/mod/sumdb/note`` and ``github.com/transparency-dev/formats``
+read and write them, so any witness or verifier of that ecosystem checks what we sign::
 
     a note          text ending in "\\n", a blank line, then lines "— <name> <base64(id || sig)>"
     key ID          be32(SHA-256(name || 0x0A || type || public key)[:4])
@@ -12,10 +12,17 @@ them, so any witness or verifier of that ecosystem checks what we sign::
     checkpoint      "<origin>\\n<decimal size>\\n<base64 root hash>\\n" then extension lines
     cosignature     type 0x04; be64(timestamp) || Ed25519 over
                     "cosignature/v1\\ntime <timestamp>\\n" || the checkpoint text
+    ML-DSA-44       type 0x06; be64(timestamp) || ML-DSA-44 (FIPS 204, empty context) over
+    cosignature     "subtree/v1\\n\\0" || u8 len || cosigner name || be64(timestamp)
+                    || u8 len || origin || be64(0) || be64(size) || root hash
+                    (extension lines are not signed; the cosigner's name is)
 
-Signature types: ``SIG_ED25519`` (0x01, a log's own checkpoint signature) and
-``SIG_COSIGNATURE_V1`` (0x04, a witness's). A key's type is part of its ID, so one Ed25519
-key used both ways has two IDs, as the specs require.
+Signature types: ``SIG_ED25519`` (0x01, a log's own checkpoint signature),
+``SIG_COSIGNATURE_V1`` (0x04) and ``SIG_MLDSA44`` (0x06), a witness's
+(:data:`COSIGNATURE_TYPES`). A key's type is part of its ID, so one Ed25519 key used both ways
+has two IDs, as the specs require. Every private key is a 32-byte seed (an ML-DSA-44 one is
+FIPS 204's ``ξ``, as Go's ``filippo.io/mldsa`` stores it); an ML-DSA-44 public key is 1312
+bytes, its signature 2420.
 
 Every malformed note, key, signature line or checkpoint raises ``NoteError``; so does a note
 whose signature from a known key fails, or that has none from a known key (the spec's
@@ -34,6 +41,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -41,9 +49,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from .errors import EvidenceError
 
 __all__ = [
+    "COSIGNATURE_TYPES",
     "MAX_SIGNATURES",
     "SIG_COSIGNATURE_V1",
     "SIG_ED25519",
+    "SIG_MLDSA44",
     "Checkpoint",
     "Note",
     "NoteError",
@@ -66,6 +76,7 @@ __all__ = [
     "parse_vkey",
     "sign",
     "stream_origin",
+    "subtree_message",
     "valid_key_name",
     "verify",
 ]
@@ -76,12 +87,22 @@ SIG_ED25519 = 0x01
 SIG_COSIGNATURE_V1 = 0x04
 """Signature type of timestamped Ed25519 checkpoint cosignatures (c2sp.org/tlog-cosignature)."""
 
+SIG_MLDSA44 = 0x06
+"""Signature type of timestamped ML-DSA-44 (sub)tree cosignatures (c2sp.org/tlog-cosignature)."""
+
+COSIGNATURE_TYPES = (SIG_COSIGNATURE_V1, SIG_MLDSA44)
+"""The signature types of a witness's cosignature of a checkpoint."""
+
 MAX_SIGNATURES = 100
 """Most signature lines a note may have: the spec requires at least 16, Go's reader takes 100."""
 
-_TYPES = (SIG_ED25519, SIG_COSIGNATURE_V1)
-_KEY_SIZE = 32  # an Ed25519 public key and seed alike
+_TYPES = (SIG_ED25519, SIG_COSIGNATURE_V1, SIG_MLDSA44)
+_KEY_SIZE = 32  # an Ed25519 public key, and every type's seed
+_PUBLIC_SIZE = {SIG_ED25519: 32, SIG_COSIGNATURE_V1: 32, SIG_MLDSA44: 1312}
 _ED25519_SIG_SIZE = 64
+_MLDSA44_SIG_SIZE = 2420
+_SIG_SIZE = {SIG_COSIGNATURE_V1: _ED25519_SIG_SIZE, SIG_MLDSA44: _MLDSA44_SIG_SIZE}
+_SUBTREE_LABEL = b"subtree/v1\n\x00"
 _MAX_TIMESTAMP = (1 << 63) - 1  # tlog-cosignature: "MUST NOT exceed 2^63 - 1"
 _SIG_PREFIX = "\u2014 "  # em dash, space
 _HEX_ID = re.compile(r"[0-9a-f]{8}")
@@ -139,9 +160,27 @@ class VerifierKey:
     public_key: bytes
 
 
+def _mldsa():
+    # cryptography >= 47 has ML-DSA; importing it only where needed keeps the Ed25519 notes
+    # working with older releases.
+    try:
+        from cryptography.hazmat.primitives.asymmetric import mldsa
+    except ImportError:
+        raise NoteError("ML-DSA-44 keys need the cryptography package 47 or later") from None
+    return mldsa
+
+
+def _mldsa_public(public_key: bytes):
+    try:
+        return _mldsa().MLDSA44PublicKey.from_public_bytes(public_key)
+    except ValueError as e:
+        raise NoteError(f"not an ML-DSA-44 public key: {e}") from None
+
+
 @dataclass(frozen=True)
 class SignerKey:
-    """A private Ed25519 key (its 32-byte seed) under a name, for one signature type."""
+    """A private key (its 32-byte seed: Ed25519, or ML-DSA-44's ``ξ``) under a name, for one
+    signature type."""
 
     name: str
     sig_type: int
@@ -153,10 +192,12 @@ class SignerKey:
         if self.sig_type not in _TYPES:
             raise NoteError(f"unsupported signature type {self.sig_type:#04x}")
         if not isinstance(self.seed, bytes) or len(self.seed) != _KEY_SIZE:
-            raise NoteError(f"an Ed25519 seed is {_KEY_SIZE} bytes")
+            raise NoteError(f"a private key's seed is {_KEY_SIZE} bytes")
 
     @cached_property
-    def _private(self) -> Ed25519PrivateKey:
+    def _private(self) -> Any:
+        if self.sig_type == SIG_MLDSA44:
+            return _mldsa().MLDSA44PrivateKey.from_seed_bytes(self.seed)
         return Ed25519PrivateKey.from_private_bytes(self.seed)
 
     @cached_property
@@ -168,8 +209,12 @@ class SignerKey:
 
 
 def generate_signer(name: str, sig_type: int = SIG_ED25519) -> SignerKey:
-    """Return a fresh signer key (Ed25519 from the OS's randomness)."""
-    seed = Ed25519PrivateKey.generate().private_bytes_raw()
+    """Return a fresh signer key of ``sig_type`` (Ed25519 or, for ``SIG_MLDSA44``, ML-DSA-44),
+    from the OS's randomness."""
+    if sig_type == SIG_MLDSA44:
+        seed = _mldsa().MLDSA44PrivateKey.generate().private_bytes_raw()
+    else:
+        seed = Ed25519PrivateKey.generate().private_bytes_raw()
     return SignerKey(name, sig_type, seed)
 
 
@@ -178,12 +223,18 @@ def format_vkey(key: VerifierKey) -> str:
     return f"{key.name}+{key.key_id:08x}+{_b64(bytes([key.sig_type]) + key.public_key)}"
 
 
-def _parse_key(name: str, hex_id: str, key64: str, what: str) -> tuple[int, int, bytes]:
+def _parse_key(name: str, hex_id: str, key64: str, what: str,
+               sizes: dict[int, int]) -> tuple[int, int, bytes]:
     if not valid_key_name(name) or not _HEX_ID.fullmatch(hex_id):
         raise NoteError(f"malformed {what}")
     raw = _b64decode(key64, f"the {what}'s key")
-    if len(raw) != 1 + _KEY_SIZE or raw[0] not in _TYPES:
-        raise NoteError(f"the {what} is no Ed25519 key of a supported type")
+    if not raw or raw[0] not in _TYPES:
+        raise NoteError(f"the {what}'s type is not one of "
+                        + ", ".join(f"{t:#04x}" for t in _TYPES)
+                        + ("" if not raw else f" (it is {raw[0]:#04x})"))
+    if len(raw) != 1 + sizes[raw[0]]:
+        raise NoteError(f"the {what} of type {raw[0]:#04x} holds {len(raw) - 1} key bytes, "
+                        f"not {sizes[raw[0]]}")
     return int(hex_id, 16), raw[0], raw[1:]
 
 
@@ -192,9 +243,11 @@ def parse_vkey(text: str) -> VerifierKey:
     parts = text.split("+", 2)  # base64 has '+' too: only the first two separate fields
     if len(parts) != 3:
         raise NoteError("malformed verifier key")
-    kid, sig_type, public = _parse_key(*parts, "verifier key")
+    kid, sig_type, public = _parse_key(*parts, "verifier key", _PUBLIC_SIZE)
     if kid != key_id(parts[0], sig_type, public):
         raise NoteError("the verifier key's ID does not match its key")
+    if sig_type == SIG_MLDSA44:
+        _mldsa_public(public)
     return VerifierKey(parts[0], kid, sig_type, public)
 
 
@@ -209,7 +262,7 @@ def parse_skey(text: str) -> SignerKey:
     parts = text.split("+", 4)
     if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
         raise NoteError("malformed signer key")
-    kid, sig_type, seed = _parse_key(*parts[2:], "signer key")
+    kid, sig_type, seed = _parse_key(*parts[2:], "signer key", dict.fromkeys(_TYPES, _KEY_SIZE))
     key = SignerKey(parts[2], sig_type, seed)
     if kid != key.verifier.key_id:
         raise NoteError("the signer key's ID does not match its key")
@@ -243,23 +296,53 @@ def cosignature_message(text: str, timestamp: int) -> bytes:
     return b"cosignature/v1\ntime %d\n" % timestamp + text.encode("utf-8")
 
 
+def subtree_message(cosigner: str, timestamp: int, origin: str, start: int, end: int,
+                    root_hash: bytes) -> bytes:
+    """Return what an ML-DSA-44 cosignature signs: tlog-cosignature's ``cosigned_message``.
+
+    A checkpoint's cosignature is the subtree ``[0, size)``; a subtree with ``start > 0``
+    carries timestamp 0 (the spec's rule). Names and origins are 1 to 255 UTF-8 bytes.
+    """
+    name, log = cosigner.encode("utf-8"), origin.encode("utf-8")
+    if not 0 < len(name) < 256 or not 0 < len(log) < 256:
+        raise NoteError("an ML-DSA-44 cosignature's cosigner name and origin are 1 to 255 bytes")
+    if not 0 <= timestamp <= _MAX_TIMESTAMP or not 0 <= start <= end < 1 << 64:
+        raise NoteError(f"no subtree [{start}, {end}) at time {timestamp}")
+    if start and timestamp:
+        raise NoteError("a subtree that does not start at 0 is cosigned with timestamp 0")
+    if not isinstance(root_hash, bytes) or len(root_hash) != 32:
+        raise NoteError("a root hash is 32 bytes")
+    return b"".join([_SUBTREE_LABEL, bytes([len(name)]), name, struct.pack(">Q", timestamp),
+                     bytes([len(log)]), log, struct.pack(">QQ", start, end), root_hash])
+
+
+def _checkpoint_message(key_name: str, text: str, timestamp: int) -> bytes:
+    cp = parse_checkpoint(text)
+    return subtree_message(key_name, timestamp, cp.origin, 0, cp.size, cp.root_hash)
+
+
 def cosignature_timestamp(sig: Signature) -> int:
-    """Return the POSIX timestamp a cosignature/v1 signature line carries."""
-    if len(sig.data) != 8 + _ED25519_SIG_SIZE:
-        raise NoteError("a cosignature is a timestamp and an Ed25519 signature")
+    """Return the POSIX timestamp a cosignature line carries (Ed25519 ``cosignature/v1`` or
+    ML-DSA-44: both start with it, told apart by their lengths)."""
+    if len(sig.data) - 8 not in _SIG_SIZE.values():
+        raise NoteError("a cosignature is a timestamp and an Ed25519 or ML-DSA-44 signature")
     return struct.unpack(">Q", sig.data[:8])[0]
 
 
 def sign(key: SignerKey, text: str, timestamp: int | None = None) -> Signature:
-    """Sign a note text; a ``SIG_COSIGNATURE_V1`` key needs the cosignature's ``timestamp``."""
+    """Sign a note text; a cosignature key (:data:`COSIGNATURE_TYPES`) needs the cosignature's
+    ``timestamp``, and an ML-DSA-44 one a checkpoint as ``text``."""
     if not text.endswith("\n"):
         raise NoteError("a note text ends in a newline")
     _check_text(text)
-    if key.sig_type == SIG_COSIGNATURE_V1:
+    if key.sig_type in COSIGNATURE_TYPES:
         if not isinstance(timestamp, int) or isinstance(timestamp, bool) \
                 or not 0 <= timestamp <= _MAX_TIMESTAMP:
             raise ValueError(f"a cosignature needs a timestamp in [0, 2**63), got {timestamp!r}")
-        signed = key._private.sign(cosignature_message(text, timestamp))
+        if key.sig_type == SIG_MLDSA44:
+            signed = key._private.sign(_checkpoint_message(key.name, text, timestamp))
+        else:
+            signed = key._private.sign(cosignature_message(text, timestamp))
         data = struct.pack(">Q", timestamp) + signed
     elif timestamp is not None:
         raise ValueError("only a cosignature key signs with a timestamp")
@@ -272,17 +355,27 @@ def verify(key: VerifierKey, text: str, sig: Signature) -> bool:
     """Return whether ``sig`` is ``key``'s valid signature of ``text`` (False for another key)."""
     if (sig.name, sig.key_id) != (key.name, key.key_id) or key.sig_type not in _TYPES:
         return False
-    if key.sig_type == SIG_COSIGNATURE_V1:
-        if len(sig.data) != 8 + _ED25519_SIG_SIZE:
+    if key.sig_type in COSIGNATURE_TYPES:
+        if len(sig.data) != 8 + _SIG_SIZE[key.sig_type]:
             return False
         timestamp = struct.unpack(">Q", sig.data[:8])[0]
         if timestamp > _MAX_TIMESTAMP:
             return False
-        msg, raw = cosignature_message(text, timestamp), sig.data[8:]
+        raw = sig.data[8:]
+        if key.sig_type == SIG_MLDSA44:
+            try:
+                msg = _checkpoint_message(key.name, text, timestamp)
+                public: Any = _mldsa_public(key.public_key)
+            except NoteError:  # not a checkpoint, or a name or origin too long to sign
+                return False
+        else:
+            msg = cosignature_message(text, timestamp)
     else:
         msg, raw = text.encode("utf-8"), sig.data
     try:
-        Ed25519PublicKey.from_public_bytes(key.public_key).verify(raw, msg)
+        if key.sig_type != SIG_MLDSA44:
+            public = Ed25519PublicKey.from_public_bytes(key.public_key)
+        public.verify(raw, msg)
     except (InvalidSignature, ValueError):  # ValueError: 32 bytes that are no curve point
         return False
     return True
