@@ -16,6 +16,13 @@ verifies):
 ``cosignature`` (the note as a witness returned it). :func:`open_stream_checkpoint` checks a
 note as a reader must: the log key signed it, its origin names the stream, it has no
 extensions, and every signature of a known cosigner verifies.
+
+``<prefix>.tree`` (docs/witnessing.md) holds the deployment log: ``checkpoint`` messages are
+its entries (stream checkpoints, verbatim), ``log-checkpoint`` (:data:`KIND_LOG_CHECKPOINT`)
+the deployment checkpoints the publisher signs and ``log-cosignature``
+(:data:`KIND_LOG_COSIGNATURE`) one witness's cosignature of one, named by the
+``evidence-witness`` header. :func:`open_log_checkpoint` checks a deployment checkpoint: origin
+exactly the log key's name, no extensions, the log's signature verifies.
 """
 
 from __future__ import annotations
@@ -34,10 +41,13 @@ __all__ = [
     "KIND_CHECKPOINT",
     "KIND_COSIGNATURE",
     "KIND_HEADER",
+    "KIND_LOG_CHECKPOINT",
+    "KIND_LOG_COSIGNATURE",
     "SIZE_HEADER",
     "STREAM_HEADER",
     "WITNESS_HEADER",
     "checkpoint_origin",
+    "open_log_checkpoint",
     "open_stream_checkpoint",
     "stream_of_origin",
 ]
@@ -48,6 +58,10 @@ DEFAULT_LOG_NAME = "evidence-store.local/log"
 KIND_HEADER = "evidence-kind"
 KIND_CHECKPOINT = "checkpoint"
 KIND_COSIGNATURE = "cosignature"
+KIND_LOG_CHECKPOINT = "log-checkpoint"
+"""On ``<prefix>.tree``: a deployment checkpoint the log signed (not an entry)."""
+KIND_LOG_COSIGNATURE = "log-cosignature"
+"""On ``<prefix>.tree``: a deployment checkpoint with one witness's cosignature line."""
 STREAM_HEADER = "evidence-stream"
 SIZE_HEADER = "evidence-tree-size"
 WITNESS_HEADER = "evidence-witness"
@@ -93,3 +107,24 @@ def open_stream_checkpoint(data: bytes | str, log_key: VerifierKey, stream: str 
     if cp.extensions:
         raise NoteError("a stream checkpoint has no extension lines")
     return cp, note, named
+
+
+def open_log_checkpoint(data: bytes | str, log_key: VerifierKey,
+                        cosigners: Iterable[VerifierKey] = ()) -> tuple[Checkpoint, Note]:
+    """Verify a deployment checkpoint (the one tree witnesses follow); returns (checkpoint,
+    note).
+
+    Raises ``NoteError`` unless ``log_key`` signed it, its origin is exactly the log key's
+    name (a stream checkpoint's ``<name>/<stream>`` is not one), it has no extension lines,
+    and each signature of a known cosigner verifies (``Note.verified`` lists the log's and
+    theirs).
+    """
+    note = open_note(data, [log_key, *cosigners])
+    if (log_key.name, log_key.key_id) not in {(s.name, s.key_id) for s in note.verified}:
+        raise NoteError(f"the checkpoint is not signed by {log_key.name}+{log_key.key_id:08x}")
+    cp = parse_checkpoint(note.text)
+    if cp.origin != log_key.name:
+        raise NoteError(f"checkpoint origin {cp.origin!r} is not the log {log_key.name!r}")
+    if cp.extensions:
+        raise NoteError("a deployment checkpoint has no extension lines")
+    return cp, note
