@@ -20,6 +20,9 @@ take what they need from ``app.state`` through :mod:`api.deps` (OpenAPI at ``/do
     GET  /streams/{stream}/proof/consistency  RFC 9162 consistency proof of two sizes
     POST /streams/{stream}/checkpoint/cosignatures  a witness's cosignature (to Kafka)
     GET  /log/key                             the log's verifier key (no API key)
+    GET  /log/checkpoint, /log/tile/...       the deployment log as C2SP tlog-tiles, and
+    GET  /log/streams/{stream}/checkpoint     each stream's tree's hash tiles (no API key,
+    GET  /log/streams/{stream}/tile/...       :mod:`api.routers.publiclog`)
     GET  /healthz  /readyz  /metrics          no API key (see api.metrics for why)
 
 Kafka is only for accepted cosignatures: the producer (:mod:`api.kafka`) is made on first use,

@@ -190,6 +190,23 @@ class Database:
                             f"where stream = %s and tree_size = %s "
                             f"order by witness, key_id limit %s",
             "tree": f"select size, root from {v}.trees where stream = %s",
+            # The public tlog-tiles read of the deployment log and of each stream's tree
+            # (api.routers.publiclog): a run of one level's stored hashes, of the entries.
+            "stream_hashes": f"select idx, hash from {v}.tree_nodes where stream = %s "
+                             f"and level = %s and idx >= %s and idx < %s order by idx",
+            # The deployment checkpoint served is the latest whose root the projected tree
+            # has not contradicted (root_matches: null until the tree reaches it).
+            "log_checkpoint": f"select c.tree_size, c.root, c.note, array(select s.line "
+                              f"from {v}.log_cosignatures s where s.tree_size = c.tree_size "
+                              f"order by s.witness, s.key_id limit %s) "
+                              f"from {v}.log_checkpoints c where c.root_matches is not false "
+                              f"order by c.tree_size desc limit 1",
+            "log_size": f"select tree_size from {v}.log_checkpoints "
+                        f"where root_matches is not false order by tree_size desc limit 1",
+            "log_hashes": f"select idx, hash from {v}.log_nodes "
+                          f"where level = %s and idx >= %s and idx < %s order by idx",
+            "log_entries": f"select idx, entry from {v}.log_entries "
+                           f"where idx >= %s and idx < %s order by idx",
             "nodes": f"select n.level, n.idx, n.hash from {v}.tree_nodes n "
                      f"join unnest(%s::int[], %s::bigint[]) w(level, idx) "
                      f"on n.level = w.level and n.idx = w.idx where n.stream = %s",
@@ -473,6 +490,44 @@ class Database:
         rows = await self._all("tree nodes", self._q["nodes"],
                                ([lv for lv, _ in wanted], [i for _, i in wanted], stream))
         return {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
+
+    async def stream_hashes(self, stream: str, level: int, start: int, count: int
+                            ) -> list[tuple[int, bytes]]:
+        """``(index, hash)`` of ``stream``'s stored subtree hashes at ``level``, indexes
+        ``start`` to ``start + count - 1`` that the projection holds, in order."""
+        rows = await self._all("stream hash tile", self._q["stream_hashes"],
+                               (stream, level, Int8(start), Int8(start + count)))
+        return [(int(i), bytes(h)) for i, h in rows]
+
+    # -- the deployment log (docs/witnessing.md) -------------------------------------------
+
+    async def log_checkpoint(self, max_cosignatures: int
+                             ) -> tuple[tuple[int, bytes, bytes] | None, list[str]]:
+        """(tree_size, root, note) of the latest deployment checkpoint whose root the
+        projected tree has not contradicted, and the cosignature lines held for it."""
+        row = await self._one("log checkpoint", self._q["log_checkpoint"], (max_cosignatures,))
+        if row is None:
+            return None, []
+        return (int(row[0]), bytes(row[1]), bytes(row[2])), list(row[3] or [])
+
+    async def log_size(self) -> int | None:
+        """The size of that checkpoint: how much of the deployment tree is signed."""
+        row = await self._one("log size", self._q["log_size"], ())
+        return None if row is None else int(row[0])
+
+    async def log_hashes(self, level: int, start: int, count: int) -> list[tuple[int, bytes]]:
+        """``(index, hash)`` of the deployment tree's stored subtree hashes at ``level``,
+        indexes ``start`` to ``start + count - 1`` that the projection holds, in order."""
+        rows = await self._all("log hash tile", self._q["log_hashes"],
+                               (level, Int8(start), Int8(start + count)))
+        return [(int(i), bytes(h)) for i, h in rows]
+
+    async def log_entries(self, start: int, count: int) -> list[tuple[int, bytes]]:
+        """``(index, entry)`` of the deployment log's entries ``start`` to ``start + count -
+        1`` that the projection holds, in order."""
+        rows = await self._all("log entry bundle", self._q["log_entries"],
+                               (Int8(start), Int8(start + count)))
+        return [(int(i), bytes(e)) for i, e in rows]
 
     # -- health --------------------------------------------------------------------------
 

@@ -10,6 +10,9 @@
     tlog         GET /streams/{stream}/checkpoint, /streams/{stream}/proof/inclusion,
                  /streams/{stream}/proof/consistency, /log/key (no API key),
                  POST /streams/{stream}/checkpoint/cosignatures
+    publiclog    GET /log/checkpoint, /log/tile/..., /log/streams/{stream}/checkpoint,
+                 /log/streams/{stream}/tile/... (no API key): C2SP tlog-tiles of the
+                 deployment log and of each stream's tree
     admin        POST /admin/erasures (API keys with the admin role)
     operations   GET /healthz, /readyz, /metrics (no API key)
 
@@ -17,9 +20,10 @@
 are matched in and listed in the OpenAPI document.
 """
 
-from . import admin, audit, bundles, fidelity, operations, records, replay, tlog
+from . import admin, audit, bundles, fidelity, operations, publiclog, records, replay, tlog
 
-__all__ = ["ROUTERS", "admin", "audit", "bundles", "fidelity", "operations", "records", "replay", "tlog"]
+__all__ = ["ROUTERS", "admin", "audit", "bundles", "fidelity", "operations", "publiclog",
+           "records", "replay", "tlog"]
 
 ROUTERS = (replay.router, bundles.router, records.router, audit.router, fidelity.router, tlog.router,
-           admin.router, operations.router)
+           publiclog.router, admin.router, operations.router)

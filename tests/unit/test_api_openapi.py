@@ -12,7 +12,9 @@ added the long poll on a stream's head: ``GET /streams/{stream}`` takes ``?after
 ``?wait_ms``. Trust by default: the single-record routes serve an erased record as a page does
 (no 410), a record by event id says ``copies`` and ``is_copy``, and the stream audit is
 bounded per key (429 ``TooManyBody``); the evidence bundles (a record with its checkpoint and
-proofs, for readers that verify) and their three schemas.
+proofs, for readers that verify) and their three schemas. Issue 24 added the public
+tlog-tiles read of the deployment log and of each stream's tree (``/log/checkpoint``,
+``/log/tile/...``, ``/log/streams/{stream}/checkpoint`` and ``.../tile/...``, no API key).
 """
 
 import pytest
@@ -24,6 +26,7 @@ GUARDED = {"401": E, "404": E, "422": E, "503": E}
 WITH_BODY = {**GUARDED, "408": E, "413": E}
 ERASED = {"410": "ErasedBody"}
 BUSY = {"429": "TooManyBody"}
+TILE_ERRORS = {"400": E, "404": E, "422": E, "503": E}  # 400: not a tlog-tiles path
 
 # (method, path, operationId, tags, parameters as "in:name", response status -> schema or
 # media type, needs the API key). In the order of the document, which is the match order.
@@ -78,6 +81,16 @@ OPERATIONS = [
      "post_cosignature_streams__stream__checkpoint_cosignatures_post", ["verifiable log"],
      ("path:stream",), {"202": "CosignatureAccepted", **WITH_BODY, "403": E, "409": E,
                         "415": E}, True),
+    ("GET", "/log/checkpoint", "get_log_checkpoint_log_checkpoint_get", ["public log"], (),
+     {"200": "text/plain", "404": E, "503": E}, False),
+    ("GET", "/log/tile/{path}", "get_log_tile_log_tile__path__get", ["public log"],
+     ("path:path",), {"200": "application/octet-stream", **TILE_ERRORS}, False),
+    ("GET", "/log/streams/{stream}/checkpoint",
+     "get_stream_checkpoint_log_streams__stream__checkpoint_get", ["public log"],
+     ("path:stream",), {"200": "text/plain", "404": E, "422": E, "503": E}, False),
+    ("GET", "/log/streams/{stream}/tile/{path}",
+     "get_stream_tile_log_streams__stream__tile__path__get", ["public log"],
+     ("path:path", "path:stream"), {"200": "application/octet-stream", **TILE_ERRORS}, False),
     ("POST", "/admin/erasures", "post_erasure_admin_erasures_post", ["administration"], (),
      {"202": "ErasureAccepted", **WITH_BODY, "403": E, "409": E}, True),
     ("GET", "/healthz", "healthz_healthz_get", ["operations"], (),
