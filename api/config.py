@@ -39,6 +39,10 @@
     EVIDENCE_WITNESS_KEYS        verifier keys of the witnesses whose cosignatures the API
                                  takes (comma- or newline-separated), or
     EVIDENCE_WITNESS_KEYS_FILE   a file of them (one a line)
+    EVIDENCE_WITNESSES_FILE      the witnesses file the publisher pushes to (server.witnesses:
+                                 ``<key> [<url>]`` a line), re-read when it changes: its keys
+                                 are taken too, without a restart (Ed25519 cosignature/v1 and
+                                 ML-DSA-44 keys alike)
     EVIDENCE_KAFKA_BOOTSTRAP     where accepted cosignatures are produced (the API starts
                                  without Kafka; only that route needs it)
     EVIDENCE_TOPIC_PREFIX        topic prefix (default ``evidence``)
@@ -62,6 +66,7 @@ from typing import Any, Mapping
 
 from evidence_contract.note import NoteError, VerifierKey, parse_skey, parse_vkey
 from evidence_contract.tlog import DEFAULT_LOG_NAME
+from server.witnesses import WatchedWitnesses
 
 from .auth import Keyring, key_weakness, parse_patterns
 from .errors import ApiConfigError
@@ -135,6 +140,7 @@ _KEY_STORE_VARS = ("EVIDENCE_KEY_STORE", "EVIDENCE_KEY_STORE_SCHEMA", "EVIDENCE_
 def load_keyring(env: Mapping[str, str]) -> Keyring:
     """The keys named by ``EVIDENCE_API_KEY``/``_STREAMS`` and ``EVIDENCE_API_KEYS_FILE``."""
     entries: list[tuple[Any, ...]] = []
+    sources: list[str] = []  # where each entry was configured, for the weakness message
     dev_key = env.get("EVIDENCE_API_KEY", "")
     if dev_key:
         streams = env.get("EVIDENCE_API_KEY_STREAMS")
@@ -142,9 +148,12 @@ def load_keyring(env: Mapping[str, str]) -> Keyring:
             raise ApiConfigError("EVIDENCE_API_KEY is set but EVIDENCE_API_KEY_STREAMS is not; "
                               "set it to the streams the key may read, e.g. 'acme:*' or '*'")
         entries.append(("dev", dev_key, parse_patterns(streams, "EVIDENCE_API_KEY_STREAMS")))
+        sources.append("EVIDENCE_API_KEY")
     path = env.get("EVIDENCE_API_KEYS_FILE", "")
     if path:
-        entries += _read_keys_file(Path(path))
+        from_file = _read_keys_file(Path(path))
+        entries += from_file
+        sources += [f"API key {e[0]!r} of EVIDENCE_API_KEYS_FILE" for e in from_file]
     admins = [k.strip() for k in env.get("EVIDENCE_API_ADMIN_KEYS", "").split(",") if k.strip()]
     for i, admin_key in enumerate(dict.fromkeys(admins)):
         same = [j for j, e in enumerate(entries) if e[1] == admin_key]
@@ -152,16 +161,15 @@ def load_keyring(env: Mapping[str, str]) -> Keyring:
             entries[same[0]] = (*entries[same[0]][:3], True)
         else:
             entries.append((f"admin-{i}", admin_key, (), True))
+            sources.append(f"admin key {i + 1} of EVIDENCE_API_ADMIN_KEYS")
     if not entries:
         raise ApiConfigError("no API key configured: set EVIDENCE_API_KEY and "
                           "EVIDENCE_API_KEY_STREAMS, or EVIDENCE_API_KEYS_FILE")
     ring = Keyring(entries)
     # Strength last, so a malformed entry is reported as such first.
-    for i, (name, key, *_rest) in enumerate(entries):
+    for where, (_name, key, *_rest) in zip(sources, entries, strict=True):
         weakness = key_weakness(key)
         if weakness is not None:
-            where = ("EVIDENCE_API_KEY" if i == 0 and dev_key
-                     else f"API key {name!r} of EVIDENCE_API_KEYS_FILE")
             raise ApiConfigError(f"{where} is too weak: {weakness}. A key needs 32 bytes or "
                                  f"more and about 128 bits of entropy; make one with "
                                  f"`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
@@ -259,6 +267,10 @@ class Settings:
     log_name: str = DEFAULT_LOG_NAME
     log_key: VerifierKey | None = None
     witness_keys: tuple[VerifierKey, ...] = ()
+    """The keys of ``EVIDENCE_WITNESS_KEYS`` and ``..._FILE``, read once; with the witnesses
+    file's: :meth:`current_witness_keys`."""
+    witnesses_file: str | None = None
+    """``EVIDENCE_WITNESSES_FILE``, watched (``server.witnesses.WatchedWitnesses``)."""
     kafka_bootstrap: str | None = None
     topic_prefix: str = "evidence"
     kafka_timeout: float = 10.0
@@ -278,6 +290,17 @@ class Settings:
         if not 1 <= self.pool_min <= self.pool_max:
             raise ApiConfigError(f"pool sizes must satisfy 1 <= min ({self.pool_min}) "
                               f"<= max ({self.pool_max})")
+        # The watcher holds no file open and reads nothing until asked (current()).
+        object.__setattr__(self, "_witnesses", WatchedWitnesses(self.witnesses_file)
+                           if self.witnesses_file else None)
+
+    def current_witness_keys(self) -> tuple[VerifierKey, ...]:
+        """The witness keys whose cosignatures the API takes now: ``witness_keys`` and those of
+        the witnesses file as it is at this call (one ``stat`` when it did not change)."""
+        watched: WatchedWitnesses | None = getattr(self, "_witnesses")
+        if watched is None:
+            return self.witness_keys
+        return tuple(dict.fromkeys((*self.witness_keys, *watched.keys())))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -310,6 +333,7 @@ class Settings:
             log_name=env.get("EVIDENCE_LOG_NAME", "") or DEFAULT_LOG_NAME,
             log_key=load_log_key(env),
             witness_keys=load_witness_keys(env),
+            witnesses_file=env.get("EVIDENCE_WITNESSES_FILE", "") or None,
             kafka_bootstrap=env.get("EVIDENCE_KAFKA_BOOTSTRAP", "") or None,
             topic_prefix=env.get("EVIDENCE_TOPIC_PREFIX", "") or "evidence",
             key_store_env=({k: v for k, v in env.items() if k in _KEY_STORE_VARS}

@@ -14,9 +14,11 @@ Modules:
               from_env() — the key store EVIDENCE_KEY_STORE names
     erasure   erase_subject() — destroy a subject's keys, ask the writer for a receipt
     runtime   tune_gc() — the cycle collector's thresholds of the writer and the projector
+    witnesses parse_witnesses(), WatchedWitnesses — the witnesses file (EVIDENCE_WITNESSES_FILE),
+              re-read when it changes
 
 The modules are not imported here, so a service that only logs (the API) does not load
 confluent_kafka.
 """
 
-__all__ = ["erasure", "kafka", "keystore", "logs", "runtime", "version"]
+__all__ = ["erasure", "kafka", "keystore", "logs", "runtime", "version", "witnesses"]

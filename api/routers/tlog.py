@@ -28,8 +28,8 @@ from evidence_contract.merkle import (
     inclusion_proof_from,
 )
 from evidence_contract.note import (
+    COSIGNATURE_TYPES,
     MAX_SIGNATURES,
-    SIG_COSIGNATURE_V1,
     NoteError,
     format_note,
     format_vkey,
@@ -179,9 +179,10 @@ async def get_log_key(settings: Config) -> Response:
 async def post_cosignature(stream: StreamId, request: Request, key: Caller, db: Db,
                            settings: Config) -> dict[str, Any]:
     """The body is the checkpoint note (text/plain) with the log's signature and the
-    witness's `cosignature/v1` line(s). It is taken (202) when the log's signature verifies,
-    the origin is this stream's, the log holds that very checkpoint, and a cosignature
-    verifies with a witness key the log knows (`EVIDENCE_WITNESS_KEYS`); it is then produced
+    witness's cosignature line(s) (Ed25519 `cosignature/v1` or ML-DSA-44). It is taken (202)
+    when the log's signature verifies, the origin is this stream's, the log holds that very
+    checkpoint, and a cosignature verifies with a witness key the log knows
+    (`EVIDENCE_WITNESS_KEYS`, or the witnesses file as it is now); it is then produced
     to `evidence.checkpoints` and served with the checkpoint once projected. 403 for a
     witness the log does not know, 409 for a checkpoint the log does not hold as given, 422
     for a malformed or wrongly signed note, 503 when Kafka cannot take it."""
@@ -195,22 +196,23 @@ async def post_cosignature(stream: StreamId, request: Request, key: Caller, db: 
         raise InvalidRequest(f"a cosigned checkpoint note is at most {_NOTE_BYTES} bytes")
     if settings.log_key is None:
         raise Forbidden("this log takes no cosignatures: it has no log verifier key configured")
-    if not settings.witness_keys:
+    witness_keys = settings.current_witness_keys()
+    if not witness_keys:
         raise Forbidden("this log takes no cosignatures: no witness key is configured "
-                        "(EVIDENCE_WITNESS_KEYS)")
+                        "(EVIDENCE_WITNESSES_FILE or EVIDENCE_WITNESS_KEYS)")
     try:
-        cp, note, _ = open_stream_checkpoint(raw, settings.log_key, stream,
-                                             settings.witness_keys)
+        cp, note, _ = open_stream_checkpoint(raw, settings.log_key, stream, witness_keys)
     except NoteError as e:
         raise InvalidRequest(f"not a checkpoint of stream {stream} signed by the log: {e}") from None
     log_id = (settings.log_key.name, settings.log_key.key_id)
     cosigs = [s for s in note.verified if (s.name, s.key_id) != log_id]
     if not cosigs:
         raise Forbidden("the note has no cosignature from a witness this log knows; known: "
-                        + ", ".join(sorted({k.name for k in settings.witness_keys})))
-    known = {(k.name, k.key_id): k for k in settings.witness_keys}
-    if any(known[(s.name, s.key_id)].sig_type != SIG_COSIGNATURE_V1 for s in cosigs):
-        raise InvalidRequest("a witness signs checkpoints with a cosignature/v1 key")
+                        + ", ".join(sorted({k.name for k in witness_keys})))
+    known = {(k.name, k.key_id): k for k in witness_keys}
+    if any(known[(s.name, s.key_id)].sig_type not in COSIGNATURE_TYPES for s in cosigs):
+        raise InvalidRequest("a witness signs checkpoints with a cosignature key "
+                             "(Ed25519 cosignature/v1 or ML-DSA-44)")
     held, _lines = await db.checkpoint(stream, cp.size, 0)
     if held is None:
         raise Conflict(f"the log holds no checkpoint of stream {stream} at size {cp.size} "

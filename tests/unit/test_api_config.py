@@ -165,6 +165,14 @@ def test_weak_dev_keys_are_refused_at_start(key, words):
         Settings.from_env(env(EVIDENCE_API_KEY=key, EVIDENCE_API_KEY_STREAMS="*"))
 
 
+def test_a_weak_admin_key_is_named_as_one(tmp_path):
+    path = keys_file(tmp_path / "keys.json", json.dumps([{"key": A_KEY, "streams": ["*"]}]))
+    with pytest.raises(ApiConfigError, match="^admin key 2 of EVIDENCE_API_ADMIN_KEYS is too weak"):
+        load_keyring(env(EVIDENCE_API_KEY=K, EVIDENCE_API_KEY_STREAMS="*",
+                         EVIDENCE_API_KEYS_FILE=str(path),
+                         EVIDENCE_API_ADMIN_KEYS=f"{A_KEY}, short"))
+
+
 def test_a_weak_key_in_the_keys_file_is_named(tmp_path):
     f = keys_file(tmp_path / "keys.json", json.dumps([
         {"key": A_KEY, "streams": ["*"], "name": "ops"},
