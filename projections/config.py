@@ -108,6 +108,11 @@ class ProjectorConfig:
     def erasure_topic(self) -> str:
         return self.topics.names.erasures
 
+    @property
+    def tree_topic(self) -> str:
+        """The deployment log's one partition (docs/witnessing.md)."""
+        return self.topics.names.tree
+
     def log_key(self):
         """The log's verifier key (``evidence_contract.note.VerifierKey``) or None; raises
         ``ProjectionError`` for a key file that cannot be read or names another log."""

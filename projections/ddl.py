@@ -11,8 +11,9 @@ Layout in the database:
   when, why, what differed and what the log said of both (:data:`ACCEPTED_SWAPS`).
 - schema ``evidence`` (the *views schema*) — views ``records``, ``heads``, ``findings``,
   ``positions``, ``heartbeat`` and the verifiable log's ``tree_nodes``, ``trees``,
-  ``checkpoints``, ``cosignatures`` (:data:`TLOG`) and ``erasures`` (:data:`ERASURES`) over the
-  live generation. Readers only query these. Re-pointing them is one
+  ``checkpoints``, ``cosignatures`` (:data:`TLOG`), ``erasures`` (:data:`ERASURES`) and the
+  deployment log's ``log_entries``, ``log_nodes``, ``log_checkpoints``, ``log_cosignatures``
+  (:data:`LOGTREE`) over the live generation. Readers only query these. Re-pointing them is one
   transaction, so a reader sees the old generation or the new one, never a mix; dropping the
   old generation afterwards waits for queries still reading it (they hold its tables' locks).
 
@@ -25,7 +26,8 @@ from __future__ import annotations
 from importlib import resources
 
 TABLES = ("records", "heads", "findings", "positions", "heartbeat", "tree_nodes", "trees",
-          "checkpoints", "cosignatures", "erasures", "redaction")
+          "checkpoints", "cosignatures", "erasures", "redaction", "log_entries", "log_nodes",
+          "log_checkpoints", "log_cosignatures")
 
 HEARTBEAT = """create table if not exists {gen}.heartbeat (
     topic       text        not null,
@@ -99,6 +101,48 @@ def ensure_tlog(conn, gen: str, indexes: bool = True) -> None:
         sql = sql.replace(",\n    primary key (stream, level, idx));", ");")
         assert "primary key (stream, level, idx)" not in sql
     conn.execute(sql.replace("{gen}", f'"{gen}"'))
+
+
+LOGTREE = """
+create table if not exists {gen}.log_entries (
+    idx         bigint primary key,   -- the entry's leaf index in the deployment tree
+    stream      text   not null,      -- the stream checkpoint it is ('' if it says none)
+    tree_size   bigint not null,
+    entry       bytea  not null,      -- the note, verbatim as the message value
+    log_offset  bigint not null);     -- its offset on <prefix>.tree (one partition)
+create table if not exists {gen}.log_nodes (
+    level   smallint not null,        -- 0: the leaf hashes, SHA-256(0x00 || entry)
+    idx     bigint   not null,        -- covers entries [idx * 2^level, (idx + 1) * 2^level)
+    hash    bytea    not null,
+    primary key (level, idx));
+create table if not exists {gen}.log_checkpoints (
+    tree_size     bigint  primary key,
+    root          bytea   not null,
+    note          bytea   not null,   -- the log-signed note (no cosignature lines)
+    log_offset    bigint  not null,
+    root_matches  boolean,            -- null until the projected tree reaches tree_size
+    projected_at  timestamptz not null default now());
+create table if not exists {gen}.log_cosignatures (
+    tree_size   bigint not null,
+    witness     text   not null,      -- the witness key's name
+    key_id      bigint not null,
+    timestamp   bigint not null,      -- the cosignature's POSIX time
+    line        text   not null,      -- the signature line, as a note holds it
+    log_offset  bigint not null,
+    primary key (tree_size, witness, key_id))"""
+"""The deployment log (docs/witnessing.md, :mod:`projections.logtree`) folded from
+``<prefix>.tree``: its entries (the stream checkpoints, in commit order), every perfect
+subtree hash of its tree, the deployment checkpoints and their witnesses' cosignatures. The
+tree topic's position is a ``positions`` row like any topic's, written with these rows.
+``if not exists``: a generation made before them gets them when the projector follows it
+(and its tree from the topic's offset 0 then)."""
+
+
+def ensure_logtree(conn, gen: str) -> None:
+    """Create ``gen``'s deployment-log tables if it has none (a generation older than them).
+    Their keys come with them, also for a bulk load: it never writes them (the tree topic is
+    folded batch by batch, after the records)."""
+    conn.execute(LOGTREE.replace("{gen}", f'"{gen}"'))
 
 
 ERASURES = """
@@ -255,6 +299,7 @@ def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence
     ensure_heartbeat(conn, gen)
     ensure_tlog(conn, gen, indexes)
     ensure_erasures(conn, gen, indexes)
+    ensure_logtree(conn, gen)
     record_redaction(conn, gen, redaction)
     conn.execute(f'insert into "{meta}".generations (name, state) values (%s, %s)',
                  (gen, "building"))
@@ -267,6 +312,7 @@ def point_views(conn, gen: str, views: str = "evidence") -> None:
     ensure_tlog(conn, gen)
     ensure_erasures(conn, gen)
     ensure_redaction(conn, gen)
+    ensure_logtree(conn, gen)
     conn.execute(f'create schema if not exists "{views}"')
     for table in TABLES:
         conn.execute(f'drop view if exists "{views}".{table}')

@@ -22,8 +22,10 @@ Blue/green, in numbered steps (``rebuild``):
    compared: per stream the Merkle tree root at the live generation's tree size, computed
    from each generation's own stored nodes; the checkpoints folded from
    ``evidence.checkpoints`` below the live generation's positions there (size, root, and
-   whether the root matched where both have checked it); and the erasures folded from
-   ``evidence.erasures`` likewise (request, key id, when). Equal: ``make_live`` swaps the
+   whether the root matched where both have checked it); the erasures folded from
+   ``evidence.erasures`` likewise (request, key id, when); and the deployment log folded from
+   ``<prefix>.tree`` (:func:`compare_logtree`: its entries, its tree's root, its checkpoints
+   and their cosignatures). Equal: ``make_live`` swaps the
    views, in the same transaction, so readers see the old generation or the new one, never
    a mix. Unequal: no swap yet (the lock is let go); see "Disagreement" below.
 4. Drop the old generation (waits for readers still in a query on it, with a lock timeout
@@ -67,13 +69,13 @@ from .errors import (
     RebuildMismatch,
     StoreError,
 )
-from .service import CheckpointWriter, ErasureWriter, GenerationWriter, LogReader
+from .service import CheckpointWriter, ErasureWriter, GenerationWriter, LogReader, TreeWriter
 from .store import AcceptedSwap, Store, StreamSummary
 
 __all__ = ["Acceptance", "Judge", "Progress", "ProgressFactory", "RebuildResult", "Summaries",
            "Verdict", "compare_checkpoints", "compare_erasures", "compare_generations",
-           "compare_redaction", "compare_trees", "joined", "rebuild", "summarise_apart",
-           "summarise_both"]
+           "compare_logtree", "compare_redaction", "compare_trees", "joined", "rebuild",
+           "summarise_apart", "summarise_both"]
 
 log = event_logger("evidence.projector")
 
@@ -252,6 +254,43 @@ def compare_erasures(store: Store, live: str, rebuilt: str,
             + [f"erasure {show(e)} only in {rebuilt}" for e in sorted(b - a, key=repr)])
 
 
+def compare_logtree(store: Store, live: str, rebuilt: str, bound: int) -> list[str]:
+    """The deployment log below offset ``bound`` of ``<prefix>.tree`` in both generations:
+    the entries, the tree's root at their number, the checkpoints (root, and whether it
+    matched the tree where both have checked it) and the cosignatures."""
+    a, b = store.log_keys(live, bound), store.log_keys(rebuilt, bound)
+    if a is None:  # a live generation made before the deployment log was projected
+        return []
+    if b is None:
+        return [f"the deployment log only in {live}"]
+    diffs = []
+    if a["entries"] != b["entries"]:
+        diffs.append(f"deployment log entries: {live} {a['entries'][0]} "
+                     f"({a['entries'][1].hex()[:16]}) != {rebuilt} {b['entries'][0]} "
+                     f"({b['entries'][1].hex()[:16]})")
+    elif a["root"] != b["root"]:
+        show = lambda r: "(absent)" if r is None else r.hex()[:16]  # noqa: E731
+        diffs.append(f"deployment tree at size {a['entries'][0]}: {live} root {show(a['root'])}"
+                     f" != {rebuilt} root {show(b['root'])}")
+    ca, cb = a["checkpoints"], b["checkpoints"]
+    for size in sorted(ca.keys() | cb.keys()):
+        x, y = ca.get(size), cb.get(size)
+        if x is None or y is None:
+            diffs.append(f"deployment checkpoint size {size} only in "
+                         f"{live if y is None else rebuilt}")
+        elif x[0] != y[0]:
+            diffs.append(f"deployment checkpoint size {size}: roots differ")
+        elif x[1] is not None and y[1] is not None and x[1] != y[1]:
+            diffs.append(f"deployment checkpoint size {size}: root matches the tree in "
+                         f"{live if x[1] else rebuilt} only")
+    show_cosig = lambda c: f"size {c[0]} by {c[1]}+{c[2]:08x}"  # noqa: E731
+    diffs += [f"deployment cosignature {show_cosig(c)} only in {live}"
+              for c in sorted(a["cosignatures"] - b["cosignatures"])]
+    diffs += [f"deployment cosignature {show_cosig(c)} only in {rebuilt}"
+              for c in sorted(b["cosignatures"] - a["cosignatures"])]
+    return diffs
+
+
 def compare_redaction(store: Store, live: str, rebuilt: str, bounds: Mapping[int, int],
                       bodies: tuple[Mapping[str, bytes], Mapping[str, bytes]] | None = None
                       ) -> tuple[list[str], list[str]]:
@@ -275,12 +314,13 @@ def compare_generations(store: Store, live: str, rebuilt: str, bounds: Mapping[i
                         checkpoint_bounds: Mapping[int, int] | None = None,
                         erasure_bounds: Mapping[int, int] | None = None,
                         summaries: tuple[Mapping[str, StreamSummary],
-                                         Mapping[str, StreamSummary]] | None = None
+                                         Mapping[str, StreamSummary]] | None = None,
+                        tree_bounds: Mapping[int, int] | None = None
                         ) -> tuple[int, list[str]]:
     """Compare two generations over the log below ``bounds`` (the checkpoints topic below
-    ``checkpoint_bounds``, the erasures topic below ``erasure_bounds``); (streams,
-    differences). ``summaries``: both generations' stream summaries when the caller has
-    them already (see :func:`summarise_both`)."""
+    ``checkpoint_bounds``, the erasures topic below ``erasure_bounds``, the tree topic below
+    ``tree_bounds``); (streams, differences). ``summaries``: both generations' stream
+    summaries when the caller has them already (see :func:`summarise_both`)."""
     a, b = summaries or (store.stream_summaries(live, bounds),
                          store.stream_summaries(rebuilt, bounds))
     diffs: list[str] = []
@@ -303,6 +343,8 @@ def compare_generations(store: Store, live: str, rebuilt: str, bounds: Mapping[i
         diffs += compare_checkpoints(store, live, rebuilt, checkpoint_bounds)
     if erasure_bounds is not None:
         diffs += compare_erasures(store, live, rebuilt, erasure_bounds)
+    if tree_bounds is not None:
+        diffs += compare_logtree(store, live, rebuilt, tree_bounds.get(0, 0))
     return len(a.keys() | b.keys()), diffs
 
 
@@ -471,7 +513,9 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             cfg, purpose="rebuild", topic=cfg.checkpoint_topic, headers=True,
             required=False) as cp_reader, LogReader(
             cfg, purpose="rebuild", topic=cfg.erasure_topic, headers=True,
-            required=False) as er_reader:
+            required=False) as er_reader, LogReader(
+            cfg, purpose="rebuild", topic=cfg.tree_topic, headers=True,
+            required=False) as tree_reader:
         # 1. lock, tidy, new generation
         if not store.try_rebuild_lock():
             raise RebuildBusy(f"another rebuild of {cfg.meta_schema} is running")
@@ -481,8 +525,8 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
                 log("info", "drop_leftover", generation=name, state=state)
                 store.drop_generation(name)
         if in_place or live is None:
-            return _rebuild_in_place(cfg, store, reader, cp_reader, er_reader, live,
-                                     make_progress, show_progress, t0)
+            return _rebuild_in_place(cfg, store, reader, cp_reader, er_reader, tree_reader,
+                                     live, make_progress, show_progress, t0)
         gen = store.create_generation(indexes=False)
         log("info", "rebuild_started", generation=gen, live=live, topic=reader.topic)
         phases = _Phases(gen)
@@ -492,6 +536,8 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
         cp_writer.seek_to_stored()
         er_writer = ErasureWriter(store, er_reader, gen, follow_live=False)
         er_writer.seek_to_stored()
+        tree_writer = TreeWriter(store, tree_reader, gen, follow_live=False)
+        tree_writer.seek_to_stored()
 
         # 2. bulk load, then catch up with what arrived meanwhile (records before the
         #    checkpoints that cover them: most checkpoints are then checked as they come)
@@ -514,6 +560,7 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
         _fill(writer, reader.end_offsets(), cfg, None, 0)
         _fill(cp_writer, cp_reader.end_offsets(), cfg, None, 0)
         _fill(er_writer, er_reader.end_offsets(), cfg, None, 0)
+        _fill(tree_writer, tree_reader.end_offsets(), cfg, None, 0)
         phases.done("catch_up")
 
         # Most of the pre-swap check, before the lock: records rows are only ever inserted,
@@ -542,13 +589,14 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             bounds = _reach_live(store, live, reader, writer, cfg)
             cp_bounds = _reach_live(store, live, cp_reader, cp_writer, cfg)
             er_bounds = _reach_live(store, live, er_reader, er_writer, cfg)
+            tree_bounds = _reach_live(store, live, tree_reader, tree_writer, cfg)
             live_tail, rebuilt_tail = summarise_both(store, live, gen, bounds, same_policy,
                                                      since=early)
             a, a_body = joined(live_early, live_tail)
             b, b_body = joined(rebuilt_early, rebuilt_tail)
             sums, bodies = (a, b), ((a_body, b_body) if same_policy else None)
             streams, diffs = compare_generations(store, live, gen, bounds, cp_bounds, er_bounds,
-                                                 summaries=sums)
+                                                 summaries=sums, tree_bounds=tree_bounds)
             red_diffs, red_warnings = compare_redaction(store, live, gen, bounds, bodies)
             diffs += red_diffs
             if not diffs:
@@ -569,7 +617,8 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
             if accept is None or verdict is None or verdict.supports != gen:
                 raise RebuildMismatch(gen, live, diffs, verdict=verdict)
             accepted = _swap_accepted(store, cfg, live, gen, (reader, writer),
-                                      (cp_reader, cp_writer), (er_reader, er_writer), bounds,
+                                      [(cp_reader, cp_writer), (er_reader, er_writer),
+                                       (tree_reader, tree_writer)], bounds,
                                       same_policy, diffs, verdict, accept)
             phases.done("accept")
         log("info", "swapped", generation=gen, previous=live, checked_streams=streams,
@@ -591,21 +640,21 @@ def rebuild(cfg: ProjectorConfig, *, in_place: bool = False,
 
 def _swap_accepted(store: Store, cfg: ProjectorConfig, live: str, gen: str,
                    records: tuple[LogReader, GenerationWriter],
-                   checkpoints: tuple[LogReader, CheckpointWriter],
-                   erasures: tuple[LogReader, ErasureWriter], judged: Mapping[int, int],
+                   sides: list[tuple[LogReader, CheckpointWriter]], judged: Mapping[int, int],
                    bodies: bool, diffs: list[str], verdict: Verdict,
                    accept: Acceptance) -> AcceptedSwap:
     """The swap on the operator's word, once the log supports ``gen``: under the live lock,
     ``gen`` catches up with the live generation's positions; the records the live projector
     added while the log was judged (from ``judged``, the positions the differences were
     found below) are compared as at any swap: what differs there was not judged, and stops
-    the swap. Then swap and record, in one transaction."""
+    the swap. ``sides``: the readers and writers of the other topics (checkpoints, erasures,
+    the tree), caught up alike. Then swap and record, in one transaction."""
     with store.transaction():
         if store.lock_live() != live:
             raise ProjectionError(f"the live generation changed during the rebuild; "
                                   f"{gen} is kept, not swapped")
         bounds = _reach_live(store, live, records[0], records[1], cfg)
-        for reader, writer in (checkpoints, erasures):
+        for reader, writer in sides:
             _reach_live(store, live, reader, writer, cfg)
         (a, a_body), (b, b_body) = summarise_both(store, live, gen, bounds, bodies,
                                                   since=judged)
@@ -639,7 +688,8 @@ def _drop(store: Store, gen: str, result: RebuildResult) -> bool:
 
 
 def _rebuild_in_place(cfg: ProjectorConfig, store: Store, reader: LogReader,
-                      cp_reader: LogReader, er_reader: LogReader, live: str | None,
+                      cp_reader: LogReader, er_reader: LogReader, tree_reader: LogReader,
+                      live: str | None,
                       make_progress: ProgressFactory, show_progress: bool,
                       t0: float) -> RebuildResult:
     import time
@@ -660,11 +710,14 @@ def _rebuild_in_place(cfg: ProjectorConfig, store: Store, reader: LogReader,
     cp_writer.seek_to_stored()
     er_writer = ErasureWriter(store, er_reader, gen, follow_live=True)
     er_writer.seek_to_stored()
+    tree_writer = TreeWriter(store, tree_reader, gen, follow_live=True)
+    tree_writer.seek_to_stored()
     try:
         _fill(writer, targets, cfg, progress, 0)
         _fill(writer, reader.end_offsets(), cfg, progress, 0)
         _fill(cp_writer, cp_reader.end_offsets(), cfg, None, 0)
         _fill(er_writer, er_reader.end_offsets(), cfg, None, 0)
+        _fill(tree_writer, tree_reader.end_offsets(), cfg, None, 0)
     except GenerationChanged as e:
         raise ProjectionError(f"another generation ({e.generation}) was made live during "
                               f"the in-place rebuild of {gen}") from e

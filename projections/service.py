@@ -17,7 +17,10 @@ consumers that follow the log consumer's assignment; subscribing them in the gro
 leave their partition split to the assignor). A batch of a partition another projector has
 just taken is refused by the stored positions (``PositionsMoved``), so a projector that
 lost its partitions without knowing it (stalled past the session timeout) never writes a
-record twice. Rebuilds (:mod:`projections.rebuild`) still read every partition, alone.
+record twice. ``<prefix>.tree`` has one partition (the deployment log, docs/witnessing.md):
+whoever owns log partition 0 owns it too (:func:`tree_partitions`), so one projector of a
+projection folds it at a time. Rebuilds (:mod:`projections.rebuild`) still read every
+partition, alone.
 
 - :class:`LogReader` — the consumer: assign at positions (all of a topic's partitions, a
   set another reader owns, or what the consumer group gives it), poll, watermarks, ends.
@@ -29,6 +32,9 @@ record twice. Rebuilds (:mod:`projections.rebuild`) still read every partition, 
   does not exist (yet) projects its records all the same; the next session looks again.
 - :class:`ErasureWriter` — the same for ``<prefix>.erasures``: the signed erasure receipts
   (:mod:`projections.erasures`, ``Store.apply_erasures``), verified with the log key.
+- :class:`TreeWriter` — the same for ``<prefix>.tree``: the deployment log's entries, its
+  tree, its signed checkpoints and their cosignatures (:mod:`projections.logtree`,
+  ``Store.apply_log``). Like the checkpoints topic, it may not exist (yet).
 - :class:`Projector` — the service loop (``evidence projector``): follows the live
   generation, re-seeking when a swap makes another generation live; beats its heartbeat
   (:meth:`Store.beat`: the log's end offsets from Kafka, every ``heartbeat_s``); stops after
@@ -61,12 +67,13 @@ from .errors import GenerationChanged, LogError, PositionsMoved, ProjectionError
 from .fold import decode_message
 from .heartbeat import EndOffsets, list_end_offsets
 from .erasures import decode_receipt
+from .logtree import decode_tree_message
 from .tlog import decode_checkpoint
 from .metrics import ProjectorMetrics
 from .store import Store
 
 __all__ = ["Batch", "CheckpointWriter", "ErasureWriter", "GenerationWriter", "LogReader",
-           "Projector", "heals"]
+           "Projector", "TreeWriter", "heals", "tree_partitions"]
 
 # Reconnecting is cheap (one connection each), and readiness waits on it: a short ceiling.
 BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 10.0, 30.0
@@ -482,6 +489,27 @@ class ErasureWriter(CheckpointWriter):
             self.reader.watermarks(), follow_live=self.follow_live)
 
 
+class TreeWriter(CheckpointWriter):
+    """Projects ``<prefix>.tree`` (one partition) into one generation: the deployment log's
+    entries and tree, its checkpoints (each checked against the tree) and their witnesses'
+    cosignatures (:mod:`projections.logtree`); a bad note is a finding, and an entry all
+    the same."""
+
+    def _decode(self, p: int, o: int, v: bytes | None, h: list | None) -> list:
+        return decode_tree_message(o, v, h, self.log_name, self.log_key)
+
+    def _apply(self, decoded: list, reached: Mapping[int, int]):
+        return self.store.apply_log(
+            self.generation, self.reader.topic, self.expected, decoded, reached,
+            self.reader.watermarks(), follow_live=self.follow_live)
+
+
+def tree_partitions(log_partitions: Iterable[int]) -> list[int]:
+    """The tree topic's partitions a projector owning ``log_partitions`` folds: its one
+    partition, 0, goes with log partition 0."""
+    return [0] if 0 in log_partitions else []
+
+
 class Projector:
     """The ``evidence projector`` service loop; see the module docstring."""
 
@@ -533,20 +561,26 @@ class Projector:
         with Store(cfg) as store, LogReader(cfg, group=cfg.consumer_group) as reader, LogReader(
                 cfg, topic=cfg.checkpoint_topic, headers=True, required=False) as cp_reader, \
                 LogReader(cfg, topic=cfg.erasure_topic, headers=True,
-                          required=False) as er_reader:
+                          required=False) as er_reader, LogReader(
+                cfg, topic=cfg.tree_topic, headers=True, required=False) as tree_reader:
             gen = store.live_generation(create=True)
             cp_reader.own([])
             er_reader.own([])
+            tree_reader.own([])
             writer = self._writer(store, reader, gen)
             cp_writer = self._cp_writer(store, cp_reader, gen)
             er_writer = self._er_writer(store, er_reader, gen)
+            tree_writer = self._tree_writer(store, tree_reader, gen)
 
             def assigned(partitions: list[int]) -> None:
                 # Inside the log consumer's rebalance callback: take up (or give up) the
-                # same partitions of checkpoints and erasures, each at its stored position.
+                # same partitions of checkpoints and erasures, and the tree topic with log
+                # partition 0, each at its stored position.
                 writer.seek_to_stored()
-                for r, w in ((cp_reader, cp_writer), (er_reader, er_writer)):
-                    r.own(partitions)
+                for r, w, owned in ((cp_reader, cp_writer, partitions),
+                                    (er_reader, er_writer, partitions),
+                                    (tree_reader, tree_writer, tree_partitions(partitions))):
+                    r.own(owned)
                     w.seek_to_stored()
                 log("info", "owned", generation=writer.generation, partitions=partitions,
                     group=cfg.consumer_group, positions=writer.expected)
@@ -563,6 +597,7 @@ class Projector:
                     # Checkpoints: what is already fetched, no wait (the records' poll waits).
                     cp_writer.step(cfg.batch_max_messages, 0, cfg.idle_update_s)
                     er_writer.step(cfg.batch_max_messages, 0, cfg.idle_update_s)
+                    tree_writer.step(cfg.batch_max_messages, 0, cfg.idle_update_s)
                 except GenerationChanged as e:
                     # A swap: the batch was rolled back; continue in the new live generation
                     # from its own stored positions.
@@ -572,6 +607,7 @@ class Projector:
                     writer = self._writer(store, reader, gen)
                     cp_writer = self._cp_writer(store, cp_reader, gen)
                     er_writer = self._er_writer(store, er_reader, gen)
+                    tree_writer = self._tree_writer(store, tree_reader, gen)
                     reported, beat_at = 0, self._beat(store, reader, gen)
                     continue
                 if time.monotonic() - beat_at >= cfg.heartbeat_s:
@@ -627,5 +663,10 @@ class Projector:
 
     def _er_writer(self, store: Store, reader: LogReader, gen: str) -> ErasureWriter:
         w = ErasureWriter(store, reader, gen, follow_live=True, metrics=self.metrics)
+        w.seek_to_stored()
+        return w
+
+    def _tree_writer(self, store: Store, reader: LogReader, gen: str) -> TreeWriter:
+        w = TreeWriter(store, reader, gen, follow_live=True, metrics=self.metrics)
         w.seek_to_stored()
         return w
