@@ -11,4 +11,5 @@ pytest_plugins = [
     "tests.fixtures.api_server",
     "tests.fixtures.pipeline",
     "tests.fixtures.audit",
+    "tests.fixtures.litewitness",
 ]
