@@ -1,7 +1,8 @@
 """``evidence witness``: run a witness that cosigns the log's checkpoints (package ``witness``).
 
-    evidence witness keygen NAME [--out FILE]
-        a cosignature/v1 key named NAME in FILE (0600; default ./<last part of NAME>.skey)
+    evidence witness keygen NAME [--out FILE] [--mldsa44]
+        a cosignature key named NAME (Ed25519 cosignature/v1; ML-DSA-44 with --mldsa44) in
+        FILE (0600; default ./<last part of NAME>.skey)
         and its verifier key in FILE.vkey: give that to the log (EVIDENCE_WITNESS_KEYS) and
         to auditors (evidence audit --witness-key)
     evidence witness run --key FILE --state DIR --log-key FILE --log-url URL --api-key KEY
@@ -32,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     kg = sub.add_parser("keygen", help="make a witness key (cosignature/v1, Ed25519)")
     kg.add_argument("name", help="the key name, e.g. witness.example.org/w1")
     kg.add_argument("--out", type=Path, help="the signer key file (default ./<name>.skey)")
+    kg.add_argument("--mldsa44", action="store_true",
+                    help="an ML-DSA-44 cosignature key (type 0x06) instead of Ed25519")
     run = sub.add_parser("run", help="poll the log, cosign, serve the witness endpoint")
     run.add_argument("--key", type=Path, help="the witness signer key file "
                                               "(default $EVIDENCE_WITNESS_KEY_FILE)")
@@ -52,10 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _keygen(args: argparse.Namespace) -> int:
+    from evidence_contract.note import SIG_COSIGNATURE_V1, SIG_MLDSA44
     from witness import keygen
 
     out = args.out or Path(args.name.rsplit("/", 1)[-1] + ".skey")
-    key = keygen(args.name, out)
+    key = keygen(args.name, out, SIG_MLDSA44 if args.mldsa44 else SIG_COSIGNATURE_V1)
     from evidence_contract.note import format_vkey
 
     print(format_vkey(key.verifier))

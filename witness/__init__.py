@@ -1,8 +1,9 @@
 """The witness: a small service of its own that cosigns a log's checkpoints (issue 12).
 
-A witness holds its own Ed25519 key and state directory. It cosigns (C2SP tlog-cosignature
-``cosignature/v1``) a stream's checkpoint only when a consistency proof shows it extends the
-last one it cosigned, and refuses, loudly and on record, every other. The log serves what it
+A witness holds its own key (Ed25519 or ML-DSA-44) and state directory. It cosigns (C2SP
+tlog-cosignature) the log's deployment checkpoint (origin = the log key's name, pushed by the
+publisher) or a stream's checkpoint only when a consistency proof shows it extends the last one
+it cosigned for that origin, and refuses, loudly and on record, every other. The log serves what it
 cosigned beside its own signature; an auditor asks the witness directly.
 
 - :mod:`witness.core` — the decision (pure): :func:`check`, :func:`cosign`, the refusal

@@ -4,8 +4,9 @@ A witness keeps, per origin, the last checkpoint it cosigned (:class:`Cosigned`)
 signed checkpoint, :func:`check` says whether it may cosign it, or why not (a
 :class:`Refusal`, never an exception for a log's misbehaviour):
 
-- the note must be signed by the log key the witness was configured with, name a stream of
-  that log, and carry no extension lines (``bad_signature``);
+- the note must be signed by the log key the witness was configured with, have as origin
+  the log itself (the deployment checkpoint: origin = the log key's name, docs/witnessing.md)
+  or a stream of that log, and carry no extension lines (``bad_signature``);
 - it must not be smaller than the last cosigned (``smaller``);
 - at the same size it must have the same root (``root_changed``) and there is nothing to do;
 - larger, a consistency proof from the last cosigned size must verify between the two roots
@@ -32,7 +33,8 @@ from evidence_contract.merkle import ProofError, verify_consistency
 from evidence_contract.note import (
     Checkpoint, Note, NoteError, Signature, SignerKey, VerifierKey, format_note, sign,
 )
-from evidence_contract.tlog import open_stream_checkpoint
+from evidence_contract.tlog import open_log_checkpoint as open_deployment_note
+from evidence_contract.tlog import open_stream_checkpoint, stream_of_origin
 
 __all__ = [
     "BAD_SIGNATURE",
@@ -46,6 +48,8 @@ __all__ = [
     "Refusal",
     "check",
     "cosign",
+    "open_checkpoint_for",
+    "open_deployment_checkpoint",
     "open_log_checkpoint",
     "parse_add_checkpoint",
 ]
@@ -78,7 +82,8 @@ class Opened:
 
     checkpoint: Checkpoint
     note: Note
-    stream: str
+    stream: str | None
+    """The stream whose checkpoint it is; None for the deployment checkpoint (the log's)."""
     log_signature: Signature
 
 
@@ -98,8 +103,31 @@ def open_log_checkpoint(data: bytes, log_key: VerifierKey,
     except NoteError as e:
         return Refusal(BAD_SIGNATURE, f"the checkpoint does not verify with the log key "
                                       f"{log_key.name}+{log_key.key_id:08x}: {e}")
-    sig = next(s for s in note.verified if (s.name, s.key_id) == (log_key.name, log_key.key_id))
-    return Opened(cp, note, named, sig)
+    return Opened(cp, note, named, _log_signature(note, log_key))
+
+
+def open_deployment_checkpoint(data: bytes, log_key: VerifierKey) -> Opened | Refusal:
+    """Open the deployment checkpoint (origin exactly the log key's name) signed by
+    ``log_key``, or say why it is refused."""
+    try:
+        cp, note = open_deployment_note(data, log_key)
+    except NoteError as e:
+        return Refusal(BAD_SIGNATURE, f"the checkpoint does not verify with the log key "
+                                      f"{log_key.name}+{log_key.key_id:08x}: {e}")
+    return Opened(cp, note, None, _log_signature(note, log_key))
+
+
+def open_checkpoint_for(origin: str, data: bytes, log_key: VerifierKey) -> Opened | Refusal | None:
+    """Open a checkpoint of ``origin``: the log's own (the deployment checkpoint) or one of
+    its streams; None when ``origin`` is neither (a log this witness does not follow)."""
+    if origin == log_key.name:
+        return open_deployment_checkpoint(data, log_key)
+    stream = stream_of_origin(log_key.name, origin)
+    return None if stream is None else open_log_checkpoint(data, log_key, stream)
+
+
+def _log_signature(note: Note, log_key: VerifierKey) -> Signature:
+    return next(s for s in note.verified if (s.name, s.key_id) == (log_key.name, log_key.key_id))
 
 
 def check(last: Cosigned | None, new: Checkpoint, proof: Sequence[bytes] | None) -> Refusal | None:
@@ -128,7 +156,8 @@ def check(last: Cosigned | None, new: Checkpoint, proof: Sequence[bytes] | None)
 
 
 def cosign(key: SignerKey, opened: Opened, timestamp: int) -> bytes:
-    """The note with the log's signature and this witness's cosignature/v1 at ``timestamp``."""
+    """The note with the log's signature and this witness's cosignature at ``timestamp``
+    (Ed25519 ``cosignature/v1`` or ML-DSA-44, as its key is)."""
     line = sign(key, opened.note.text, timestamp=timestamp)
     return format_note(opened.note.text, [opened.log_signature, line])
 

@@ -18,7 +18,8 @@ One :class:`Witness` holds the configuration, its key and its state directory. I
   JSON), ``GET /checkpoints/<origin>`` (the last note it cosigned), ``GET /refusals`` (JSON), ``GET /key`` (its verifier key) and the C2SP
   tlog-witness push API ``POST /add-checkpoint`` (https://c2sp.org/tlog-witness: 200 with the
   cosignature line; 400 a malformed body or an old size above the checkpoint's; 403 no
-  valid log signature; 404 an origin not of this log; 409 ``text/x.tlog.size`` with the size
+  valid log signature; 404 an origin that is neither the log's own (the deployment
+  checkpoint, origin = the log key's name) nor one of its streams; 409 ``text/x.tlog.size`` with the size
   it last cosigned when the old size is not that; 422 a consistency proof that does not
   verify, or the same size with another root: a fork).
 
@@ -39,12 +40,12 @@ from urllib.parse import unquote, urlsplit
 from evidence_contract.note import (
     NoteError, SignerKey, VerifierKey, format_vkey, parse_checkpoint, parse_note,
 )
-from evidence_contract.tlog import checkpoint_origin, stream_of_origin
+from evidence_contract.tlog import checkpoint_origin
 from server.logs import event_logger
 
 from witness.core import (
     Cosigned, Opened, Refusal, check, cosign,
-    open_log_checkpoint, parse_add_checkpoint,
+    open_checkpoint_for, open_log_checkpoint, parse_add_checkpoint,
 )
 from witness.state import StateDir
 
@@ -230,14 +231,14 @@ class Witness:
             origin = parse_checkpoint(parse_note(req.checkpoint).text).origin
         except NoteError as e:
             return _Answer(400, f"not a signed checkpoint: {e}\n".encode())
-        stream = stream_of_origin(self.config.log_key.name, origin)
-        if stream is None:
+        # The log's own origin (the deployment checkpoint the publisher pushes) or a stream's.
+        opened = open_checkpoint_for(origin, req.checkpoint, self.config.log_key)
+        if opened is None:
             return _Answer(404, f"unknown origin {origin!r}\n".encode())
-        opened = open_log_checkpoint(req.checkpoint, self.config.log_key, stream)
         if isinstance(opened, Refusal):
             log("warning", "add_checkpoint_forbidden", origin=origin, reason=opened.reason)
             return _Answer(403, f"{opened.reason}\n".encode())
-        cp = opened.checkpoint
+        cp, stream = opened.checkpoint, opened.stream
         if req.old_size > cp.size:
             return _Answer(400, b"the old size is larger than the checkpoint's\n")
         if req.old_size == 0 and req.proof:

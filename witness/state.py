@@ -1,6 +1,7 @@
 """A witness's files: its key and its state directory (the only module here that writes).
 
-    <key file>                     PRIVATE+KEY+<name>+<id>+<base64(0x04 || seed)>  (mode 0600)
+    <key file>                     PRIVATE+KEY+<name>+<id>+<base64(type || seed)>  (mode 0600;
+                                   type 0x04 Ed25519 cosignature/v1 or 0x06 ML-DSA-44)
     <state>/checkpoints/<origin>   the last note it cosigned for <origin> (URL-quoted name)
     <state>/refusals.jsonl         one JSON object per refused checkpoint, appended
 
@@ -22,8 +23,8 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from evidence_contract.note import (
-    SIG_COSIGNATURE_V1, NoteError, SignerKey, format_skey, format_vkey, generate_signer,
-    parse_checkpoint, parse_note, parse_skey,
+    COSIGNATURE_TYPES, SIG_COSIGNATURE_V1, NoteError, SignerKey, format_skey, format_vkey,
+    generate_signer, parse_checkpoint, parse_note, parse_skey,
 )
 
 from witness.core import Cosigned
@@ -32,11 +33,15 @@ from witness.errors import WitnessError
 __all__ = ["StateDir", "keygen", "load_key"]
 
 
-def keygen(name: str, path: Path) -> SignerKey:
-    """Create a cosignature/v1 key named ``name`` in a new 0600 file ``path`` (and
-    ``path`` with ``.vkey``: the verifier key to give the log and the auditors)."""
+def keygen(name: str, path: Path, sig_type: int = SIG_COSIGNATURE_V1) -> SignerKey:
+    """Create a cosignature key named ``name`` (``sig_type``: Ed25519 ``cosignature/v1`` by
+    default, or ``SIG_MLDSA44``) in a new 0600 file ``path`` (and ``path`` with ``.vkey``: the
+    verifier key to give the log and the auditors)."""
+    if sig_type not in COSIGNATURE_TYPES:
+        raise WitnessError(f"a witness key is a cosignature key (0x04 or 0x06), not "
+                           f"{sig_type:#04x}")
     try:
-        key = generate_signer(name, SIG_COSIGNATURE_V1)
+        key = generate_signer(name, sig_type)
     except NoteError as e:
         raise WitnessError(f"cannot make a witness key named {name!r}: {e}") from e
     try:
@@ -65,9 +70,9 @@ def load_key(path: Path) -> SignerKey:
         key = parse_skey(text)
     except NoteError as e:
         raise WitnessError(f"{path} is not a note signer key: {e}") from e
-    if key.sig_type != SIG_COSIGNATURE_V1:
-        raise WitnessError(f"{path} is not a cosignature/v1 key (type 0x04); make one with "
-                           "`evidence witness keygen NAME`")
+    if key.sig_type not in COSIGNATURE_TYPES:
+        raise WitnessError(f"{path} is not a cosignature key (type 0x04 cosignature/v1 or 0x06 "
+                           f"ML-DSA-44); make one with `evidence witness keygen NAME`")
     return key
 
 

@@ -216,3 +216,53 @@ def test_parse_add_checkpoint_is_strict():
                  b"old 3\n" + base64.b64encode(bytes(31)) + b"\n\nx"):
         with pytest.raises(ValueError):
             parse_add_checkpoint(body)
+
+
+def _deployment_note(leaves: list[bytes], size: int, signer: SignerKey = LOG,
+                     extensions: tuple[str, ...] = ()) -> bytes:
+    # The publisher's checkpoint: origin = the log key's name, the tree of stream checkpoints.
+    tree = MerkleTree(leaves)
+    text = format_checkpoint(Checkpoint(signer.name, size, tree.root(size), extensions))
+    return format_note(text, [sign(signer, text)])
+
+
+def test_add_checkpoint_takes_the_deployment_origin_beside_the_streams(tmp_path):
+    from evidence_contract.tlog import open_log_checkpoint
+
+    w = _witness(tmp_path, FakeLog(_leaves(20)))
+    leaves = _leaves(12, b"stream checkpoint")
+    tree = MerkleTree(leaves)
+    first = w.add_checkpoint(_body(0, [], _deployment_note(leaves, 5)))
+    assert first.status == 200, first.body
+    cp, note = open_log_checkpoint(_deployment_note(leaves, 5) + first.body, LOG.verifier,
+                                   [W1.verifier])
+    assert cp.origin == DEFAULT_LOG_NAME and len(note.verified) == 2
+    assert w.add_checkpoint(_body(0, [], _deployment_note(leaves, 9))).body == b"5\n"
+    good = w.add_checkpoint(_body(5, tree.consistency_proof(5, 9), _deployment_note(leaves, 9)))
+    assert good.status == 200 and w.state.load(DEFAULT_LOG_NAME).size == 9
+    fork = w.add_checkpoint(_body(9, [], _deployment_note(_leaves(12, b"forged"), 9)))
+    assert fork.status == 422 and w.refusals()[-1]["kind"] == ROOT_CHANGED
+    assert w.refusals()[-1]["origin"] == DEFAULT_LOG_NAME and w.refusals()[-1]["stream"] is None
+    assert w.add_checkpoint(_body(9, [], _deployment_note(leaves, 9, OTHER_LOG))).status == 403
+    with_ext = w.add_checkpoint(_body(9, [], _deployment_note(leaves, 9, extensions=("x",))))
+    assert with_ext.status == 403
+    # The streams' origins are still followed, each on its own.
+    log = FakeLog(_leaves(20))
+    assert w.add_checkpoint(_body(0, [], log.note(7))).status == 200
+    assert sorted(w.state.origins()) == sorted([DEFAULT_LOG_NAME, ORIGIN])
+
+
+def test_an_mldsa44_witness_cosigns_and_its_key_file_loads(tmp_path):
+    from evidence_contract.note import SIG_MLDSA44, parse_vkey
+
+    key = keygen("witness.test/pq", tmp_path / "pq.skey", SIG_MLDSA44)
+    assert load_key(tmp_path / "pq.skey") == key
+    vkey = parse_vkey((tmp_path / "pq.skey.vkey").read_text().strip())
+    assert vkey == key.verifier and vkey.sig_type == SIG_MLDSA44
+    w = Witness(WitnessConfig(key=key, log_key=LOG.verifier, state_dir=tmp_path / "pqstate"))
+    note = _deployment_note(_leaves(4), 4)
+    a = w.add_checkpoint(_body(0, [], note))
+    assert a.status == 200, a.body
+    assert len(open_note(note + a.body, [LOG.verifier, vkey]).verified) == 2
+    with pytest.raises(WitnessError, match="cosignature key"):
+        keygen("witness.test/plain", tmp_path / "plain2.skey", 0x01)
