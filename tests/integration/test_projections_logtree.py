@@ -244,3 +244,38 @@ def test_without_the_tree_topic_the_projector_projects_records(
     with psycopg.connect(cfg.database_url, autocommit=True) as conn:
         assert logtree.tree_size(conn, cfg.views_schema) == 0
         assert logtree.read_nodes(conn, cfg.views_schema, [(0, 0)]) == {}
+
+
+def test_two_projectors_fold_the_tree_once_and_the_survivor_takes_it_over(
+        make_topics, make_projection_config, kafka_bootstrap, produce_chain, log_key):
+    key, vkey_file = log_key
+    topics = make_topics(partitions=4)
+    cfg = make_projection_config(topics, log_verifier_key_file=vkey_file,
+                                 group_session_timeout_ms=6000)
+    produce_chain(topics, streams={f"p{i}": 3 for i in range(8)})
+    values = [stream_entry(key, f"p{i % 8}", 1 + i // 8) for i in range(40)]
+
+    def put(lo, hi, transactional=False):
+        produce_tree(kafka_bootstrap, cfg.tree_topic,
+                     [entry(values[i], f"p{i % 8}", 1 + i // 8) for i in range(lo, hi)],
+                     transactional=transactional)
+
+    # The first projector alone owns log partition 0 and so the tree; a second joins, the
+    # first stops: the tree topic has changed hands at least once, at a stored position.
+    with running_projector(cfg) as first:
+        put(0, 15)
+        wait_until("15 entries", lambda: entries(cfg) == 15)
+        with running_projector(cfg):
+            put(15, 25)
+            wait_until("25 entries", lambda: entries(cfg) == 25)
+            first.stop.set()
+            first.thread.join(30)
+            put(25, 40, transactional=True)
+            wait_until("40 entries", lambda: entries(cfg) == 40, timeout=60)
+    got = q(cfg, f'select idx, entry, log_offset from "{cfg.views_schema}".log_entries '
+                 f"order by idx")
+    assert [bytes(r[1]) for r in got] == values
+    assert [r[2] for r in got] == sorted({r[2] for r in got})  # each message once, in order
+    with psycopg.connect(cfg.database_url, autocommit=True) as conn:
+        assert logtree.read_nodes(conn, cfg.views_schema, [(5, 0)]) == {
+            (5, 0): MerkleTree([leaf_hash(v) for v in values]).root(32)}
