@@ -181,6 +181,20 @@ def test_go_verifies_checkpoint_cosignature_leaves_and_proofs(tlogverify, log_do
     assert cp.root_hash == log_doc["_tree"].root() and len(note.verified) == 2
 
 
+def test_go_verifies_an_mldsa44_cosignature(tlogverify, log_doc, tmp_path):
+    from evidence_contract.note import SIG_MLDSA44
+
+    pq = _key(WITNESS + "-pq", SIG_MLDSA44, b"ML-DSA-44 witness")
+    text = format_checkpoint(Checkpoint(ORIGIN, SIZE, log_doc["_tree"].root()))
+    note = format_note(text, [sign(LOG, text), sign(pq, text, timestamp=COSIGNED_AT)]).decode()
+    doc = {**log_doc, "cosigner_vkey": format_vkey(pq.verifier), "checkpoint": note}
+    rc, out = _run(tlogverify, doc, tmp_path)
+    assert rc == 0, out
+    _tamper_cosignature_time(doc)  # the timestamp is signed: Go refuses the note
+    rc, out = _run(tlogverify, doc, tmp_path)
+    assert rc == 1 and out.startswith("FAIL checkpoint"), out
+
+
 def _flip(b64: str) -> str:
     raw = bytearray(base64.b64decode(b64))
     raw[0] ^= 1

@@ -4,8 +4,8 @@ The pinned vector was made by Go's github.com/transparency-dev/formats v0.1.1
 (``note.NewMLDSASigner(skey).SignSubtree(1700000000, "example.com/log", 0, 12345, root)``,
 over filippo.io/mldsa) with the seed SHA-256(:data:`SEED_LABEL`): an implementation that
 shares nothing with ours. Our key derivation must give its verifier key, and its signature
-must verify here; the reverse direction (our signature opened by Go's ``note.Open``) was
-checked the same way when this was written, and litewitness's tests cover the Ed25519 kind.
+must verify here. The reverse direction (our signature verified by Go's formats and x/mod)
+is tests/integration/test_tlog_go_verifier.py::test_go_verifies_an_mldsa44_cosignature.
 """
 
 from __future__ import annotations
