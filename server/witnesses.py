@@ -14,8 +14,8 @@ not push to.
 
 :func:`parse_witnesses` reads the text (pure); :class:`WatchedWitnesses` is the file as the
 publisher and the API see it at any moment: one ``stat`` a call, a re-read when the file's
-inode, size or modification time changed, the last good list kept (and the reason logged)
-while a new version is malformed, and no witnesses while the file does not exist.
+inode, size, modification or change time changed, the last good list kept (and the reason
+logged) while a new version is malformed, and no witnesses while the file does not exist.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def parse_witnesses(text: str, source: str = "the witnesses file") -> list[Witne
 class WatchedWitnesses:
     """The witnesses file at ``path`` as it is now, re-read only when it changed.
 
-    :meth:`current` costs one ``stat`` when nothing changed. A change (inode, size or
-    modification time) is read and parsed; a version that cannot be read or parsed is logged
+    :meth:`current` costs one ``stat`` when nothing changed. A change (inode, size,
+    modification or change time) is read and parsed; a version that cannot be read or parsed is logged
     once (``witnesses_file_invalid``, an error) and the last good list stays in force, so a
     half-edited file never drops every witness. A missing file is no witnesses. Safe to call
     from several threads.
@@ -124,7 +124,9 @@ class WatchedWitnesses:
         self.path = Path(path)
         self._log = log or _log
         self._lock = threading.Lock()
-        self._seen: tuple[int, int, int, int] | None = None  # (dev, ino, size, mtime_ns)
+        # (dev, ino, size, mtime_ns, ctime_ns): ctime too, so that a chmod making an unreadable
+        # version readable is seen.
+        self._seen: tuple[int, ...] | None = None
         self._missing_logged = False
         self._last_error: str | None = None
         self._witnesses: tuple[Witness, ...] = ()
@@ -144,7 +146,7 @@ class WatchedWitnesses:
             except OSError as e:
                 return self._keep(f"cannot stat it: {e.strerror}")
             self._missing_logged = False
-            seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if seen == self._seen:
                 return self._witnesses
             self._seen = seen

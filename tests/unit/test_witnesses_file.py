@@ -156,3 +156,25 @@ def test_a_witness_added_to_the_file_is_taken_without_a_restart(tmp_path):
     assert producer.sent[0][2]["evidence-witness"] == pq.name.encode()
     _write(path, "# removed\n")
     assert _post(c, body).status_code == 403
+
+
+def test_an_unreadable_version_is_read_again_once_it_is_readable(tmp_path, monkeypatch):
+    path, log = tmp_path / "witnesses", _Log()
+    _write(path, f"{format_vkey(ED)}\n")
+    watched = WatchedWitnesses(path, log=log)
+    assert watched.keys() == (ED,)
+    path.write_text(f"{format_vkey(PQ)}\n")
+    path.chmod(0)
+    real = Path.read_text
+
+    def denied(self, *a, **k):  # what a non-root reader meets (root reads any mode)
+        if self == path and not self.stat().st_mode & 0o444:
+            raise PermissionError(13, "Permission denied")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    assert watched.keys() == (ED,) and log.lines[-1][1] == "witnesses_file_invalid"
+    st = path.stat()
+    path.chmod(0o644)  # the same size and modification time: only the change time moves
+    assert path.stat().st_mtime_ns == st.st_mtime_ns
+    assert watched.keys() == (PQ,)
