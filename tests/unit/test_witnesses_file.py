@@ -12,6 +12,7 @@ from evidence_contract.note import (
     SIG_COSIGNATURE_V1, SIG_ED25519, SIG_MLDSA44, format_vkey, generate_signer,
 )
 from server.witnesses import WatchedWitnesses, Witness, WitnessesFileError, parse_witnesses
+from tests.fixtures.log import wait_until
 
 ED = generate_signer("witness.example/ed", SIG_COSIGNATURE_V1).verifier
 PQ = generate_signer("witness.example/pq", SIG_MLDSA44).verifier
@@ -175,6 +176,13 @@ def test_an_unreadable_version_is_read_again_once_it_is_readable(tmp_path, monke
     monkeypatch.setattr(Path, "read_text", denied)
     assert watched.keys() == (ED,) and log.lines[-1][1] == "witnesses_file_invalid"
     st = path.stat()
-    path.chmod(0o644)  # the same size and modification time: only the change time moves
+
+    def readable_with_a_new_change_time() -> bool:
+        # The same size and modification time: only the change time moves, by a clock tick.
+        path.chmod(0o600)
+        path.chmod(0o644)
+        return path.stat().st_ctime_ns != st.st_ctime_ns
+
+    wait_until("a chmod with a later change time", readable_with_a_new_change_time, 10, 0.001)
     assert path.stat().st_mtime_ns == st.st_mtime_ns
     assert watched.keys() == (PQ,)
