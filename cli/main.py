@@ -55,6 +55,7 @@ SUBCOMMAND_MODULES = {
     "checkpoint": "cli.checkpoint",
     "prove": "cli.prove",
     "witness": "cli.witness",
+    "publisher": "publisher.cli",
     "verify": "cli.verify",
     "harness": "cli.harness",
     "retention": "cli.retention",

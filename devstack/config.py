@@ -26,6 +26,8 @@ class StackConfig:
     controller_port: int = 9093
     postgres_port: int = 5432
     api_port: int = 8000
+    witness_port: int = 7380
+    """The stack's own witness (``evidence witness run``), which the publisher pushes to."""
     cache: Path = Path.home() / ".cache" / "evidence-store"
     db_name: str = "evidence"
     db_user: str = "evidence"
@@ -41,6 +43,7 @@ class StackConfig:
             controller_port=int(env.get("EVIDENCE_CONTROLLER_PORT", "9093")),
             postgres_port=int(env.get("EVIDENCE_POSTGRES_PORT", "5432")),
             api_port=int(env.get("EVIDENCE_API_PORT", "8000")),
+            witness_port=int(env.get("EVIDENCE_WITNESS_PORT", "7380")),
             cache=Path(cache) if cache else Path.home() / ".cache" / "evidence-store",
         )
 

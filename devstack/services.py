@@ -61,6 +61,8 @@ SERVICES = (
     Service("projector", "projections.service", scale="EVIDENCE_PROJECTORS", instance_env=(
         ("EVIDENCE_PROJECTOR_METRICS_PORT", "", 9465),)),
     Service("api", "api.app", health_path="/healthz"),
+    Service("witness", "witness.service", args=("run",)),
+    Service("publisher", "publisher.service"),
     Service("retention", "server.retention", args=("run",), needs="EVIDENCE_RETENTION_FILE"),
 )
 

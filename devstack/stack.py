@@ -52,6 +52,37 @@ def _log_keys(cfg: StackConfig, name: str) -> tuple[str, str]:
     return str(signer), str(verifier)
 
 
+WITNESS_NAME = "witness.evidence-store.local"
+"""The stack's own witness's key name (a cosignature/v1 key, under ``.stack/witness.skey``)."""
+
+
+def _witness(cfg: StackConfig) -> tuple[str, str]:
+    """The stack's witness key (made on the first ``up``, kept like the log's) and the
+    witnesses file the publisher and the API read (docs/witnessing.md): written with the
+    stack's witness when it does not exist; an operator's edits (witnesses added, removed)
+    are kept across ``up``s and take effect without a restart."""
+    from evidence_contract.note import (
+        SIG_COSIGNATURE_V1, format_skey, format_vkey, generate_signer, parse_skey,
+    )
+
+    skey, listed = cfg.stack / "witness.skey", cfg.stack / "witnesses"
+    cfg.stack.mkdir(parents=True, exist_ok=True)
+    if skey.exists():
+        key = parse_skey(skey.read_text().strip())
+    else:
+        key = generate_signer(WITNESS_NAME, SIG_COSIGNATURE_V1)
+        fd = os.open(skey, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(format_skey(key) + "\n")
+    skey.chmod(0o600)
+    if not listed.exists():
+        listed.write_text(
+            "# The witnesses the log pushes its checkpoints to (docs/witnessing.md):\n"
+            "# <witness verifier key> <submission URL>, one a line; re-read on change.\n"
+            f"{format_vkey(key.verifier)} http://127.0.0.1:{cfg.witness_port}\n")
+    return str(skey), str(listed)
+
+
 def _kek(cfg: StackConfig) -> str:
     """The local stack's key-encryption key file (``.stack/kek``, 0600, 64 hex digits), made
     on the first ``up`` and kept, like the log key: the data keys in ``.stack/keys`` are
@@ -71,6 +102,7 @@ def _write_env(cfg: StackConfig) -> dict[str, str]:
     log_name = os.environ.get("EVIDENCE_LOG_NAME") or previous.get("EVIDENCE_LOG_NAME") \
         or DEFAULT_LOG_NAME
     signer, verifier = _log_keys(cfg, log_name)
+    witness_key, witnesses = _witness(cfg)
     env = {
         "EVIDENCE_KAFKA_BOOTSTRAP": cfg.bootstrap,
         "EVIDENCE_DATABASE_URL": cfg.database_url,
@@ -87,6 +119,12 @@ def _write_env(cfg: StackConfig) -> dict[str, str]:
         # gateways with content_policy="encrypt", `evidence erase` and POST /admin/erasures.
         "EVIDENCE_KEY_STORE": f"file:{cfg.stack / 'keys'}",
         "EVIDENCE_KEK_FILE": _kek(cfg),
+        # One log for witnesses (docs/witnessing.md): the publisher pushes each deployment
+        # checkpoint to the witnesses listed here; the stack runs one of its own.
+        "EVIDENCE_WITNESSES_FILE": witnesses,
+        "EVIDENCE_WITNESS_KEY_FILE": witness_key,
+        "EVIDENCE_WITNESS_STATE_DIR": str(cfg.stack / "witness"),
+        "EVIDENCE_WITNESS_LISTEN": f"127.0.0.1:{cfg.witness_port}",
     }
     cfg.stack.mkdir(parents=True, exist_ok=True)
     text = "# written by `make up`; `source .stack/env` to use the stack from a shell\n"
