@@ -36,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from publisher.service import Publisher
 
     configure()
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per push is the publisher's
     log = event_logger("evidence.publisher")
     try:
         cfg = PublisherConfig.from_env().with_args(args)
