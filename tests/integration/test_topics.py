@@ -56,7 +56,9 @@ def test_intake_log_and_state_share_a_partition_count(kafka_bootstrap, make_topi
     settings = make_topics(partitions=4)
     md = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     counts = {name: len(md[name].partitions) for name in settings.names.all()}
+    tree = counts.pop(settings.names.tree)
     assert set(counts.values()) == {4}, counts
+    assert tree == 1  # the deployment tree's one order (docs/witnessing.md)
 
 
 def test_ensure_topics_twice_creates_nothing_the_second_time(kafka_bootstrap, topics):
