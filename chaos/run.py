@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="evidence-chaos-"))
     cfg = StackConfig(root=work, kafka_port=free_port(), controller_port=free_port(),
                       postgres_port=free_port(), api_port=free_port(),
-                      cache=StackConfig.from_env().cache)
+                      witness_port=free_port(), cache=StackConfig.from_env().cache)
     _say(f"an isolated stack under {work}")
     # the services' metrics endpoints on free ports too: the stack may run beside `make up`
     os.environ["EVIDENCE_WRITER_METRICS_PORT"] = str(free_port())
