@@ -40,7 +40,10 @@ from evidence_contract.note import (
     NoteError, Signature, SignerKey, VerifierKey, cosignature_timestamp, format_note,
     open_checkpoint, parse_note,
 )
-from evidence_contract.tlog import KIND_HEADER, SIZE_HEADER, WITNESS_HEADER
+from evidence_contract.tlog import (
+    KIND_HEADER, KIND_LOG_CHECKPOINT, KIND_LOG_COSIGNATURE, SIZE_HEADER, WITNESS_HEADER,
+)
+from evidence_contract.tlog import KIND_CHECKPOINT as KIND_ENTRY
 from server.logs import event_logger
 from server.witnesses import WatchedWitnesses, Witness
 
@@ -49,13 +52,10 @@ from .core import (
     Answer, DeploymentTree, WitnessState, add_checkpoint_body, read_answer, sign_checkpoint,
 )
 
-__all__ = ["KIND_ENTRY", "KIND_LOG_CHECKPOINT", "KIND_LOG_COSIGNATURE", "Publisher"]
+__all__ = ["Publisher"]
 
 log = event_logger("evidence.publisher")
 
-KIND_ENTRY = "checkpoint"
-KIND_LOG_CHECKPOINT = "log-checkpoint"
-KIND_LOG_COSIGNATURE = "log-cosignature"
 _FLUSH_S = 30.0
 
 
