@@ -316,8 +316,8 @@ def _next_steps(s: dict[str, str], stream: str, seq: int, text: str) -> None:
         (f"{s['api']}/docs", "every route (OpenAPI)"),
         (".venv/bin/evidence projections status", "generations, positions, lag"),
         (f"{s['logs']}/{{writer,projector,api}}.log", "the services' logs"),
-        ("cli/demo.py, gateway/recorder.py, writer/core.py, projections/fold.py, "
-         "gateway/replay.py", "the code of this loop; docs in ARCHITECTURE.md"),
+        ("cli/demo.py, evidence_client/recorder.py, writer/core.py, projections/fold.py, "
+         "evidence_client/replay.py", "the code of this loop; docs in ARCHITECTURE.md"),
     ]
     _say()
     _say("Look next:")

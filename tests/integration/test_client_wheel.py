@@ -155,7 +155,7 @@ def test_client_wheel_installs_alone_and_records_into_the_log(
     assert {"evidence-store-client", "evidence-store-contract", "openai"} <= set(inspect["dists"])
     requires = {r.split(";")[0].strip() for r in inspect["client_requires"]}
     assert "evidence-store-contract[tlog]==0.2.0" in requires, requires
-    # The installed client is this checkout's gateway/, not something from an index.
+    # The installed client is this checkout's evidence_client/, not something from an index.
     assert inspect["client_file"].startswith(site), inspect["client_file"]
     client_wheel = next(wheels.glob("evidence_store_client-*.whl"))
     with zipfile.ZipFile(client_wheel) as z:

@@ -8,7 +8,7 @@ anthropic SDKs use) or ``httpx`` client. For each request it
 2. sends the request through the wrapped transport, unchanged;
 3. returns a response with the same status, headers and extensions whose body stream is a
    tee: every raw chunk the application reads is also kept, and when the body ends, fails,
-   or is closed, the finished :class:`~gateway.capture.Exchange` goes to the sink.
+   or is closed, the finished :class:`~evidence_client.capture.Exchange` goes to the sink.
 
 Before step 1 the transport asks the Recorder (``begin``) which stream the call belongs to (an
 ``evidence_client.stream()`` block, else the client's stream, else the Recorder's) and that

@@ -17,7 +17,7 @@ use is never implied: only with ``trust_on_first_use=True`` is the key taken fro
 first time (and then pinned in ``state_file`` if there is one), and every later read is
 checked against that key.
 
-Errors are translated here, once, into the client's tree (:mod:`gateway.errors`):
+Errors are translated here, once, into the client's tree (:mod:`evidence_client.errors`):
 ``Tampered`` -> :class:`EvidenceTampered` (``RolledBack`` -> :class:`CheckpointRolledBack`),
 ``Unwitnessed`` -> :class:`EvidenceUnwitnessed`, ``Uncovered`` -> :class:`EvidenceUncovered`.
 """
