@@ -1,8 +1,8 @@
 """The writer's pure core: validate a capture, seal it after its stream head, absorb duplicates.
 
 No Kafka, no clock reads (callers pass ``now``), no I/O: every function takes bytes and values
-and returns values, so the rules are unit-tested without a broker (STYLE.md "compute, then
-persist"). ``writer.service`` feeds it intake messages and writes what it returns.
+and returns values, so the rules are unit-tested without a broker (compute, then persist).
+``writer.service`` feeds it intake messages and writes what it returns.
 
 - :func:`validate` — intake bytes + key → :class:`Capture` or :class:`Rejection`.
 - :func:`seal_capture` — capture + :class:`Head` → (sealed EvidenceRecord bytes, new head).
