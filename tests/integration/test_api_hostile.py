@@ -21,6 +21,8 @@ from api.db import APPLICATION_NAME
 from api.metrics import METHODS, OTHER
 from evidence_contract import new_event_id
 from tests.fixtures.api_server import serve_api
+from tests.fixtures.log import wait_until
+from tests.fixtures.postgres import own_client_ports
 from tests.fixtures.readmodel import ReadModel
 from tests.unit.test_fidelity import exact_manifest
 
@@ -161,9 +163,8 @@ def test_an_oversized_content_length_is_413_before_any_body_is_sent(base_url):
     head = (b"POST /replay/verify HTTP/1.1\r\nHost: t\r\n"
             b"Authorization: Bearer " + ACME.encode() + b"\r\n"
             b"Content-Type: application/json\r\nContent-Length: 52428800\r\n\r\n")
-    started = time.monotonic()
-    answer = raw_exchange(base_url, head)  # no body at all: the answer cannot wait for one
-    assert time.monotonic() - started < 2
+    # No body at all: an answer that waited for one would be the body timeout's 408.
+    answer = raw_exchange(base_url, head)
     status, _, rest = answer.partition(b"\r\n")
     assert status == b"HTTP/1.1 413 Request Entity Too Large" or b" 413 " in status
     assert b"connection: close" in rest.lower()
@@ -196,9 +197,7 @@ def test_a_body_that_trickles_in_is_408(base_url):
     head = (b"POST /replay/verify HTTP/1.1\r\nHost: t\r\n"
             b"Authorization: Bearer " + ACME.encode() + b"\r\n"
             b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"stream\"")
-    started = time.monotonic()
-    answer = raw_exchange(base_url, head)
-    assert 0.9 < time.monotonic() - started < 4
+    answer = raw_exchange(base_url, head)  # the 408 is the body timeout's (1 s here)
     assert b" 408 " in answer.split(b"\r\n", 1)[0]
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"] == "timeout"
 
@@ -207,23 +206,24 @@ def test_a_body_that_trickles_in_is_408(base_url):
 
 @pytest.mark.parametrize("sent", [b"", b"GET /heal", b"GET /healthz HTTP/1.1\r\nHost: t\r\n"])
 def test_a_request_head_that_does_not_arrive_in_time_is_closed(base_url, sent):
-    started = time.monotonic()
+    # header_timeout is 1 s here; a head still open when the socket's 10 s run out fails.
     with socket.create_connection(("127.0.0.1", port_of(base_url)), timeout=10) as s:
         s.sendall(sent)
         assert s.recv(100) == b""  # closed by the server, with nothing said
-    assert time.monotonic() - started < 3  # header_timeout is 1 s here
 
 
 def test_trickling_a_head_byte_by_byte_does_not_keep_it_open(base_url):
-    started = time.monotonic()
+    # A byte every 0.1 s is the trickle itself; the head's 1 s deadline (header_timeout) holds
+    # for the whole head, so the server closes long before the 126th byte.
+    head = b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100
+    sent = 0
     with socket.create_connection(("127.0.0.1", port_of(base_url)), timeout=10) as s:
         with pytest.raises((BrokenPipeError, ConnectionResetError)):
-            for byte in b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+            for byte in head:
                 s.send(bytes([byte]))
+                sent += 1
                 time.sleep(0.1)
-            assert s.recv(100) == b""
-            raise ConnectionResetError  # closed, read as EOF
-    assert time.monotonic() - started < 3.5
+    assert sent < len(head), "the whole head trickled in and the connection stayed open"
 
 
 def test_an_idle_keep_alive_connection_is_closed(base_url):
@@ -238,9 +238,8 @@ def test_an_idle_keep_alive_connection_is_closed(base_url):
                           if line.lower().startswith(b"content-length:")))
         while len(body) < length:
             body += s.recv(65536)
-        started = time.monotonic()
+        # keep_alive_timeout is 1 s here; still open when the socket's 10 s run out fails.
         assert s.recv(100) == b""
-        assert time.monotonic() - started < 3  # keep_alive_timeout is 1 s here
 
 
 def test_a_complete_request_is_served_after_a_slow_but_timely_head(base_url):
@@ -293,11 +292,13 @@ def test_requests_succeed_right_after_the_apis_backends_are_terminated(acme, dat
         assert acme.get(url).status_code == 200
     with psycopg.connect(database_url, autocommit=True) as conn:
         killed = conn.execute(
-            "select count(*) filter (where pg_terminate_backend(pid)) from pg_stat_activity "
-            "where application_name = %s and datname = current_database()",
-            (APPLICATION_NAME,)).fetchone()[0]
-    assert killed >= 3
-    time.sleep(0.2)
+            "select coalesce(array_agg(pid) filter (where pg_terminate_backend(pid)), '{}') "
+            "from pg_stat_activity where application_name = %s "
+            "and datname = current_database() and client_port = any(%s)",
+            (APPLICATION_NAME, own_client_ports())).fetchone()[0]
+        assert len(killed) >= 3
+        wait_until("the terminated backends to exit", lambda: not conn.execute(
+            "select 1 from pg_stat_activity where pid = any(%s)", (killed,)).fetchone())
     answers = [acme.get(url).status_code for _ in range(8)]
     assert answers == [200] * 8
 
