@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 import time
 import uuid
 
@@ -34,15 +35,29 @@ def wait_for(what: str, predicate, timeout: float) -> None:
 
 
 def call_n(recorder: Recorder, fake, n: int, tag: str) -> None:
+    """``n`` calls through the recorder, in a thread; they must all return within the bounded
+    wait, whatever Kafka does (a call that waited on Kafka while it is down never returns)."""
     client = openai.OpenAI(base_url=fake.url + "/v1", api_key="k", max_retries=0,
                            http_client=recorder.http_client())
-    for i in range(n):
-        t0 = time.monotonic()
-        out = client.chat.completions.create(model="gpt-4o", stream=i % 2 == 0,
-                                             messages=[{"role": "user", "content": f"{tag} {i}"}])
-        if i % 2 == 0:
-            list(out)
-        assert time.monotonic() - t0 < 2.0, "a call waited on the gateway"
+    errors: list[BaseException] = []
+
+    def calls() -> None:
+        try:
+            for i in range(n):
+                out = client.chat.completions.create(
+                    model="gpt-4o", stream=i % 2 == 0,
+                    messages=[{"role": "user", "content": f"{tag} {i}"}])
+                if i % 2 == 0:
+                    list(out)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(e)
+
+    thread = threading.Thread(target=calls, name=f"calls-{tag}", daemon=True)
+    thread.start()
+    wait_for(f"{n} calls to return (a call waited on the gateway)",
+             lambda: not thread.is_alive(), 60)
+    if errors:
+        raise errors[0]
 
 
 def content_keys(fake) -> list[bytes]:
