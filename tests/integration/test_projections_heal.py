@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 from pathlib import Path
 
@@ -74,8 +73,10 @@ def test_the_projector_rides_out_its_backends_terminated_and_projects_each_recor
         for _ in range(3):  # in the middle of the catch-up, and again while it goes on
             wait_until("the projector connected", lambda: backends(cfg) > 0
                        or p.poll() is not None, timeout=30)
+            seen = len(events(log_path, "reconnecting"))
             assert terminate_backends(cfg) >= 1
-            time.sleep(0.3)
+            wait_until("the termination noticed", lambda: len(events(log_path, "reconnecting"))
+                       > seen or p.poll() is not None, timeout=30)
             assert p.poll() is None, log_path.read_text()[-3000:]
         wait_until("the first records", lambda: projected(cfg) == len(recs)
                    or p.poll() is not None, timeout=60)
@@ -115,9 +116,8 @@ def test_the_projector_waits_for_kafka_that_is_not_there_at_start(make_projectio
     try:
         # Kafka is not there: it waits instead of exiting (was: exit 1, "list topics: ...
         # Broker transport failure").
-        wait_until("a retry", lambda: events(log_path, "reconnecting") or p.poll() is not None,
-                   timeout=40)
-        time.sleep(1)
+        wait_until("a second retry", lambda: len(events(log_path, "reconnecting")) >= 2
+                   or p.poll() is not None, timeout=40)
         assert p.poll() is None, log_path.read_text()[-3000:]
         devkafka.start(kcfg)
         ensure_topics(kcfg.bootstrap, topics)
@@ -156,11 +156,9 @@ def test_a_dead_projector_makes_readyz_and_status_say_not_ready_within_seconds(
         assert main(["projections", "status", *flags]) == 0
         p.send_signal(signal.SIGKILL)
         p.wait(10)
-        killed = time.monotonic()
-        # Its positions still read "lag 0"; its heartbeat stops.
+        # Its positions still read "lag 0"; its heartbeat stops, and readiness says so.
         wait_until("not ready", lambda: httpx.get(base + "/readyz").status_code == 503,
                    timeout=30)
-        assert time.monotonic() - killed < 20
         r = httpx.get(base + "/readyz")
         assert "heartbeat" in r.json()["message"] and r.headers["retry-after"]
         assert main(["projections", "status", *flags]) == 1
