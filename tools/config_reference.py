@@ -1,0 +1,496 @@
+"""The configuration reference, ``docs/configuration.md``, generated from the code.
+
+    python -m tools.config_reference            # rewrite docs/configuration.md
+    python -m tools.config_reference --check    # exit 1 when it is stale or incomplete
+
+What the code reads is found in the code, not in a list someone keeps: every string literal
+that is exactly an ``EVIDENCE_*`` name, in every Python module outside the tests, the
+benchmarks and build output (docstrings and messages that merely mention a name do not
+count). That holds whatever shape the reading takes (``os.environ.get``, a settings object,
+a table of names): a name the code spells is a name it reads or sets. Fields of a pydantic
+settings class with an ``env_prefix`` are variables too (prefix + field name).
+
+The default is found where the code states it: the argument after the name
+(``env.get(NAME, "6")``, ``_int(env, NAME, 1 << 20)``), the right-hand side of an ``or``
+(``env.get(NAME) or "evidence"``), or, for a table ``{"field": (NAME, conv)}``, the default of
+that field in a class of the same module. Names are resolved through module constants and
+one level of ``from x import NAME``. A default the code does not state as a value is shown as
+the expression it is.
+
+What each variable is for comes from ``docs/configuration.toml``, the one hand-kept part: one
+table per variable with ``description``, optionally ``default`` (only where the code states
+none) and ``set = true`` for a variable evidence sets for a process it starts rather than
+reads. The check fails when a variable the code reads has no description, when a description
+names a variable the code no longer reads, when a hand-kept default contradicts the code, and
+when the checked-in file differs from what this module generates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+__all__ = ["NAME_RE", "Read", "ReferenceError", "Variable", "check", "generate", "scan",
+           "scan_source", "variables"]
+
+ROOT = Path(__file__).resolve().parents[1]
+DESCRIPTIONS = ROOT / "docs" / "configuration.toml"
+OUTPUT = ROOT / "docs" / "configuration.md"
+NAME_RE = re.compile(r"EVIDENCE_[A-Z0-9_]*[A-Z0-9]")
+"""A variable's name; a literal ending in ``_`` is a prefix, never a name."""
+
+SKIP_DIRS = frozenset({".git", ".venv", ".stack", "bench", "build", "tests", "tools",
+                       "node_modules", "target", "__pycache__", "packaging"})
+"""Not the code that runs: tests, benchmarks, this generator, build output (``packaging/``
+holds only pyprojects and their build output; the import-name mapping is read from there)."""
+
+COMPONENTS = {
+    "api": "API", "audit": "audit", "chaos": "chaos", "cli": "CLI", "devstack": "make up",
+    "evidence_client": "client", "evidence_contract": "contract", "fidelity": "fidelity",
+    "projections": "projector", "publisher": "publisher", "server": "services", "testing":
+    "fake provider", "topics": "topics", "witness": "witness", "writer": "writer",
+}
+"""What a reader calls the component a top-level package is (``server``: what every service
+shares); a package not listed is shown by its import name."""
+
+
+class ReferenceError(Exception):
+    """The reference cannot be generated, or what is checked in is not what the code says."""
+
+
+@dataclass(frozen=True)
+class Read:
+    """One place the code spells a variable: its module, line and the default it states."""
+
+    module: str
+    line: int
+    default: str | None
+
+
+@dataclass
+class Variable:
+    name: str
+    reads: list[Read] = field(default_factory=list)
+
+    @property
+    def modules(self) -> list[str]:
+        return sorted({r.module for r in self.reads})
+
+    @property
+    def defaults(self) -> dict[str, list[str]]:
+        """Each stated default and the modules that state it."""
+        out: dict[str, set[str]] = {}
+        for r in self.reads:
+            if r.default is not None:
+                out.setdefault(r.default, set()).add(r.module)
+        return {d: sorted(m) for d, m in sorted(out.items())}
+
+
+# -- where the modules are, and what they are imported as ------------------------------------
+
+def import_names(root: Path = ROOT) -> dict[Path, str]:
+    """Folders whose import name differs from their path (``schemas/`` is
+    ``evidence_contract``), from the ``package-dir`` of the distributions under
+    ``packaging/``."""
+    out: dict[Path, str] = {}
+    for pyproject in sorted(root.glob("packaging/*/pyproject.toml")):
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        package_dir = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+        for name, rel in package_dir.items():
+            if name:
+                out[(pyproject.parent / rel).resolve()] = name
+    return out
+
+
+def python_files(root: Path = ROOT) -> Iterator[Path]:
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if not SKIP_DIRS.intersection(rel.parts[:-1]) and not any(
+                p.endswith(".egg-info") for p in rel.parts):
+            yield path
+
+
+def module_name(path: Path, root: Path, renamed: dict[Path, str]) -> str:
+    resolved = path.resolve()
+    for folder, name in renamed.items():
+        if resolved.is_relative_to(folder):
+            rest = resolved.relative_to(folder).with_suffix("").parts
+            return ".".join((name, *rest)).removesuffix(".__init__")
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+# -- the scan ----------------------------------------------------------------------------------
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+            # An attribute docstring: a string statement right after an assignment.
+            for prev, stmt in zip(body, body[1:]):
+                if (isinstance(prev, (ast.Assign, ast.AnnAssign)) and isinstance(stmt, ast.Expr)
+                        and isinstance(stmt.value, ast.Constant)):
+                    ids.add(id(stmt.value))
+    return ids
+
+
+_SAFE_FUNCS = {"int": int, "float": float, "str": str}
+
+
+def _value(node: ast.AST, consts: dict[str, object]) -> object:
+    """The value of a constant expression (literals, arithmetic, int/float/str of those, and
+    names bound to such); ``ValueError`` for anything else."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in consts:
+        return consts[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_value(node.operand, consts)  # type: ignore[operator]
+    if isinstance(node, ast.BinOp):
+        left, right = _value(node.left, consts), _value(node.right, consts)
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+               ast.Mult: lambda a, b: a * b, ast.LShift: lambda a, b: a << b,
+               ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a / b}
+        op = ops.get(type(node.op))
+        if op is not None:
+            return op(left, right)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in _SAFE_FUNCS and len(node.args) == 1 and not node.keywords):
+        return _SAFE_FUNCS[node.func.id](_value(node.args[0], consts))
+    raise ValueError(ast.dump(node))
+
+
+def _render(node: ast.AST, consts: dict[str, object]) -> str | None:
+    """A default as the reference shows it; None for "no default" (``None``, ``""``, or a
+    plain name that is no constant: a value passed on, not a default)."""
+    try:
+        value = _value(node, consts)
+    except (ValueError, TypeError, ArithmeticError):
+        if isinstance(node, ast.Name):
+            return None
+        if isinstance(node, ast.Lambda):  # default_factory=lambda: ...
+            return ast.unparse(node.body)
+        return ast.unparse(node)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _module_constants(tree: ast.Module, resolve_import) -> dict[str, object]:
+    consts: dict[str, object] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0:
+            for alias in stmt.names:
+                value = resolve_import(stmt.module, alias.name)
+                if value is not None:
+                    consts[alias.asname or alias.name] = value
+    for stmt in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(stmt, ast.Assign):
+            targets, value_node = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value_node = [stmt.target], stmt.value
+        for target in targets:
+            if isinstance(target, ast.Name):
+                try:
+                    consts[target.id] = _value(value_node, consts)
+                except (ValueError, TypeError, ArithmeticError):
+                    pass
+    return consts
+
+
+def _class_fields(tree: ast.Module) -> dict[str, ast.expr]:
+    """Every class attribute with a value, by name (``field: int = 5``), across the module."""
+    out: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                        and stmt.value is not None):
+                    out.setdefault(stmt.target.id, stmt.value)
+    return out
+
+
+def _field_default(node: ast.expr, consts: dict[str, object]) -> str | None:
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("field", "Field")):
+        for kw in node.keywords:
+            if kw.arg == "default":
+                return _render(kw.value, consts)
+            if kw.arg == "default_factory":
+                return (ast.unparse(kw.value.body) if isinstance(kw.value, ast.Lambda)
+                        else ast.unparse(kw.value) + "()")
+        if node.args:
+            return _render(node.args[0], consts)
+        return None
+    return _render(node, consts)
+
+
+def _default(name: str, node: ast.expr, parents: dict[int, ast.AST],
+             fields: dict[str, ast.expr], consts: dict[str, object]) -> str | None:
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Call) and node in parent.args:
+        i = parent.args.index(node)
+        after = parent.args[i + 1] if i + 1 < len(parent.args) else None
+        if after is None:
+            after = next((kw.value for kw in parent.keywords if kw.arg == "default"), None)
+        stated = _render(after, consts) if after is not None else None
+        if stated is not None:
+            return stated
+        # env.get(NAME) or "default" / env.get(NAME, "") or "default"
+        outer = parents.get(id(parent))
+        if isinstance(outer, ast.BoolOp) and isinstance(outer.op, ast.Or):
+            for fallback in outer.values[outer.values.index(parent) + 1:]:
+                names = _names_in(fallback)
+                if name in names:  # another source of the same variable (a saved copy)
+                    continue
+                return "$" + names[0] if names else _render(fallback, consts)
+        return None
+    # {"field": (NAME, conv)}: the default of that field of a class in this module
+    if isinstance(parent, ast.Tuple) and parent.elts and parent.elts[0] is node:
+        table = parents.get(id(parent))
+        if isinstance(table, ast.Dict):
+            key = table.keys[table.values.index(parent)]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) \
+                    and key.value in fields:
+                return _field_default(fields[key.value], consts)
+    return None
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and NAME_RE.fullmatch(n.value)]
+
+
+def _settings_fields(tree: ast.Module, consts: dict[str, object]) -> Iterator[tuple[str, int, str | None]]:
+    """Fields of pydantic settings classes whose ``env_prefix`` is an ``EVIDENCE_`` prefix."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        prefix = None
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.keyword) and sub.arg == "env_prefix":
+                prefix = sub.value
+            elif (isinstance(sub, ast.Assign) and len(sub.targets) == 1
+                  and isinstance(sub.targets[0], ast.Name) and sub.targets[0].id == "env_prefix"):
+                prefix = sub.value
+        if not (isinstance(prefix, ast.Constant) and isinstance(prefix.value, str)
+                and prefix.value.startswith("EVIDENCE_")):
+            continue
+        for stmt in node.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
+                    and stmt.target.id != "model_config":
+                default = _field_default(stmt.value, consts) if stmt.value is not None else None
+                yield prefix.value + stmt.target.id.upper(), stmt.lineno, default
+
+
+def scan_source(source: str, module: str, resolve_import=lambda module, name: None
+                ) -> list[tuple[str, Read]]:
+    """Every (variable, read) in one module's source."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    consts = _module_constants(tree, resolve_import)
+    fields = _class_fields(tree)
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and id(node) not in skip and NAME_RE.fullmatch(node.value)
+                and not isinstance(parents.get(id(node)), ast.JoinedStr)):
+            found.append((node.value, Read(module, node.lineno,
+                                           _default(node.value, node, parents, fields, consts))))
+        # ENV = "EVIDENCE_X" ... env.get(ENV, "auto"): a constant that names a variable
+        elif (isinstance(node, ast.Name) and isinstance(consts.get(node.id), str)
+              and NAME_RE.fullmatch(str(consts[node.id]))
+              and isinstance(parents.get(id(node)), ast.Call)):
+            name = str(consts[node.id])
+            found.append((name, Read(module, node.lineno,
+                                     _default(name, node, parents, fields, consts))))
+    for name, line, default in _settings_fields(tree, consts):
+        found.append((name, Read(module, line, default)))
+    return found
+
+
+def scan(root: Path = ROOT) -> dict[str, Variable]:
+    """Every variable the code under ``root`` reads, with where and its defaults."""
+    renamed = import_names(root)
+    files = {module_name(p, root, renamed): p for p in python_files(root)}
+    cache: dict[str, dict[str, object]] = {}
+
+    def constants_of(module: str) -> dict[str, object]:
+        if module not in cache:
+            cache[module] = {}
+            path = files.get(module)
+            if path is not None:
+                cache[module] = _module_constants(ast.parse(path.read_text(encoding="utf-8")),
+                                                  lambda m, n: None)
+        return cache[module]
+
+    out: dict[str, Variable] = {}
+    for module, path in sorted(files.items()):
+        try:
+            reads = scan_source(path.read_text(encoding="utf-8"), module,
+                                lambda m, n: constants_of(m).get(n))
+        except SyntaxError as e:
+            raise ReferenceError(f"{path}: {e}") from e
+        for name, read in reads:
+            out.setdefault(name, Variable(name)).reads.append(read)
+    return dict(sorted(out.items()))
+
+
+# -- the descriptions and the document -------------------------------------------------------
+
+def load_descriptions(path: Path = DESCRIPTIONS) -> dict[str, dict[str, object]]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ReferenceError(f"{path}: {e}") from e
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("description"), str):
+            raise ReferenceError(f"{path}: [{name}] needs a description = \"...\"")
+        unknown = set(entry) - {"description", "default", "set"}
+        if unknown:
+            raise ReferenceError(f"{path}: [{name}] has unknown keys {sorted(unknown)}")
+    return data
+
+
+def problems(found: dict[str, Variable], described: dict[str, dict[str, object]]) -> list[str]:
+    """What makes the reference wrong: a variable without a description, a description of
+    nothing, a hand-kept default where the code states one."""
+    out = [f"{name} is read by {', '.join(found[name].modules)} but has no description in "
+           f"{DESCRIPTIONS.relative_to(ROOT)}" for name in found if name not in described]
+    out += [f"{name} is described in {DESCRIPTIONS.relative_to(ROOT)} but nothing reads it: "
+            f"remove it" for name in described if name not in found]
+    for name, entry in described.items():
+        if name in found and "default" in entry and found[name].defaults:
+            out.append(f"{name}: the code states its default ({', '.join(found[name].defaults)}); "
+                       f"remove default = {entry['default']!r} from "
+                       f"{DESCRIPTIONS.relative_to(ROOT)}")
+    return out
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _default_cell(var: Variable, entry: dict[str, object]) -> str:
+    """The code's defaults; the modules that state one are named unless every reader does.
+    What ``make up`` (devstack) writes to ``.stack/env`` is its value, not a default, and is
+    shown as such."""
+    stated = {d: [m for m in mods if not m.startswith("devstack.")]
+              for d, mods in var.defaults.items()}
+    stated = {d: mods for d, mods in stated.items() if mods}
+    made = [d for d, mods in var.defaults.items()
+            if any(m.startswith("devstack.") for m in mods) and d not in stated]
+    readers = [m for m in var.modules if not m.startswith("devstack.")]
+    parts = []
+    for d, mods in stated.items():
+        where = "" if mods == readers else " (" + ", ".join(f"`{m}`" for m in mods) + ")"
+        parts.append(f"`{_cell(d)}`{where}")
+    if not parts and "default" in entry:
+        parts.append(_cell(str(entry["default"])))
+    parts += [f"`make up`: `{_cell(d)}`" for d in made]
+    return "; ".join(parts)
+
+
+def _components(var: Variable) -> str:
+    tops = sorted({COMPONENTS.get(m.split(".")[0], m.split(".")[0]) for m in var.modules})
+    return ", ".join(tops)
+
+
+HEADER = """\
+# Configuration reference
+
+<!-- Generated by `python -m tools.config_reference` from the code and
+     docs/configuration.toml; edit those, not this file. `make test` fails when it is stale. -->
+
+Every `EVIDENCE_*` variable the code reads, its default and what reads it. `make up` writes
+the ones a shell needs to `.stack/env` (`source .stack/env`); a service's flags, where it has
+them, win over its variables (`evidence <command> --help`). An empty value counts as unset
+unless the description says otherwise.
+
+A default in backticks is the code's own; where the code computes it, the expression is shown
+as written (`default_workers()`), and `$EVIDENCE_X` means "else the value of that variable".
+Where the modules that read a variable state different defaults, each is named.
+
+"""
+
+
+def generate(found: dict[str, Variable] | None = None,
+             described: dict[str, dict[str, object]] | None = None) -> str:
+    """The reference as it should be checked in; ``ReferenceError`` listing every problem."""
+    found = scan() if found is None else found
+    described = load_descriptions() if described is None else described
+    wrong = problems(found, described)
+    if wrong:
+        raise ReferenceError("\n".join(wrong))
+    lines = [HEADER]
+    sections = (("Variables the code reads", False),
+                ("Variables evidence sets for the processes it starts",  True))
+    for title, is_set in sections:
+        names = [n for n in found if bool(described[n].get("set", False)) is is_set]
+        if not names:
+            continue
+        lines.append(f"## {title}\n\n")
+        if is_set:
+            lines.append("Read by what those processes run (a command you give), not by "
+                         "evidence itself.\n\n")
+        lines.append("| variable | default | used by | what |\n|---|---|---|---|\n")
+        for name in names:
+            var, entry = found[name], described[name]
+            modules = ", ".join(f"`{m}`" for m in var.modules)
+            lines.append(f"| `{name}` | {_default_cell(var, entry)} | {_components(var)}: "
+                         f"{modules} | {_cell(str(entry['description']))} |\n")
+        lines.append("\n")
+    return "".join(lines).rstrip("\n") + "\n"
+
+
+def check(path: Path = OUTPUT) -> list[str]:
+    """Problems with the checked-in reference (empty when it is current and complete)."""
+    try:
+        expected = generate()
+    except ReferenceError as e:
+        return str(e).splitlines()
+    if not path.exists() or path.read_text(encoding="utf-8") != expected:
+        return [f"{path.relative_to(ROOT)} is stale: run `python -m tools.config_reference`"]
+    return []
+
+
+def variables() -> Iterable[str]:
+    """The names of every variable the code reads."""
+    return scan().keys()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.config_reference",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true",
+                   help="change nothing; exit 1 when the checked-in reference is wrong")
+    args = p.parse_args(argv)
+    if args.check:
+        wrong = check()
+        for line in wrong:
+            print(line, file=sys.stderr)
+        return 1 if wrong else 0
+    try:
+        text = generate()
+    except ReferenceError as e:
+        print(e, file=sys.stderr)
+        return 1
+    OUTPUT.write_text(text, encoding="utf-8")
+    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
