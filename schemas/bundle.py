@@ -10,7 +10,15 @@ holds. An *evidence bundle* is everything that check needs, in one answer of the
 - ``checkpoint``: the stream's latest signed checkpoint note, with its cosignatures;
 - ``inclusion``: the RFC 9162 path of leaf ``seq - 1`` in that checkpoint's tree;
 - ``consistency``: when the reader said which size it verified last (``known_size``), the
-  RFC 9162 proof that the checkpoint's tree extends that one.
+  RFC 9162 proof that the checkpoint's tree extends that one;
+- ``log``: the path from the record to a deployment checkpoint the witnesses cosigned
+  (docs/witnessing.md), or None with ``log_reason`` while none covers the record:
+  ``entry_index`` and ``entry``, the stream checkpoint that is that entry of the deployment
+  tree (verbatim as the writer signed it); ``record_inclusion``, the record's path in the
+  entry's tree (None when the entry is of the bundle's ``checkpoint`` size: ``inclusion`` is
+  that path); ``checkpoint``, the deployment checkpoint note with its cosignatures; and
+  ``entry_inclusion``, the RFC 9162 path of the entry's leaf, ``SHA-256(0x00 || entry)``, in
+  the deployment tree of that checkpoint's size.
 
 :func:`verify_bundle` checks, in this order, and raises the first failure:
 
@@ -25,7 +33,14 @@ holds. An *evidence bundle* is everything that check needs, in one answer of the
    response bytes;
 6. the checkpoint is consistent with the last one the reader verified for this origin: not
    smaller (a rollback), not another root at the same size (a fork), and proved to extend
-   it when larger (:class:`RolledBack`).
+   it when larger (:class:`RolledBack`);
+7. when the reader asks for the deployment log's coverage (``Trust.log_witnesses`` not
+   None): the bundle has a ``log`` path (:class:`Uncovered` otherwise: the publisher signs a
+   deployment checkpoint every few seconds); its checkpoint is signed by the pinned log key
+   with origin exactly the key's name and carries at least ``min_log_witnesses`` valid
+   cosignatures of ``log_witnesses`` (:class:`Unwitnessed`); the entry is a checkpoint of the
+   record's stream signed by the log key, of a size that covers the record, and is included
+   at ``entry_index`` in the deployment tree; the record is included in the entry's tree.
 
 Everything else is :class:`Tampered`. The caller keeps the last verified checkpoint per origin
 (as Go's sumdb client does) and passes it as ``known``; nothing here keeps state.
@@ -55,10 +70,12 @@ from .digests import response_digest as _response_digest
 from .errors import DecodeError, EvidenceError
 from .merkle import ProofError, compose_leaf_input, leaf_hash, verify_consistency, verify_inclusion
 from .note import Checkpoint, NoteError, VerifierKey
-from .tlog import open_stream_checkpoint
+from .tlog import open_log_checkpoint, open_stream_checkpoint
 
 __all__ = [
     "Bundle",
+    "LogCovered",
+    "LogPath",
     "RolledBack",
     "Tampered",
     "Trust",
@@ -97,16 +114,37 @@ class Uncovered(Unverified):
 @dataclass(frozen=True)
 class Trust:
     """What a reader trusts: the log's verifier key it pinned, and optionally witnesses of
-    which at least ``min_witnesses`` must have cosigned a checkpoint."""
+    which at least ``min_witnesses`` must have cosigned a checkpoint.
+
+    ``log_witnesses`` not None asks for the record's coverage by the deployment log: a path
+    to a deployment checkpoint cosigned by at least ``min_log_witnesses`` of those keys (the
+    witnesses that follow the log's one origin; ``()`` checks the path alone)."""
 
     log_key: VerifierKey
     witnesses: tuple[VerifierKey, ...] = ()
     min_witnesses: int = 0
+    log_witnesses: tuple[VerifierKey, ...] | None = None
+    min_log_witnesses: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_witnesses <= len(self.witnesses):
             raise ValueError(f"min_witnesses must be between 0 and the {len(self.witnesses)} "
                              f"witness key(s) given, not {self.min_witnesses}")
+        given = len(self.log_witnesses or ())
+        if not 0 <= self.min_log_witnesses <= given:
+            raise ValueError(f"min_log_witnesses must be between 0 and the {given} log "
+                             f"witness key(s) given, not {self.min_log_witnesses}")
+
+
+@dataclass(frozen=True)
+class LogPath:
+    """A bundle's path from its record to a deployment checkpoint (the module docstring)."""
+
+    entry_index: int
+    entry: bytes
+    record_inclusion: tuple[int, tuple[bytes, ...]] | None  # (tree size, hashes)
+    checkpoint: bytes
+    entry_inclusion: tuple[int, tuple[bytes, ...]]           # (tree size, hashes)
 
 
 @dataclass(frozen=True)
@@ -123,6 +161,20 @@ class Bundle:
     consistency_first: int | None = None
     consistency: tuple[bytes, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    log: LogPath | None = None
+    log_reason: str | None = None   # why ``log`` is None, as the API says
+
+
+@dataclass(frozen=True)
+class LogCovered:
+    """The record's coverage by the deployment log, verified: the entry (a stream checkpoint)
+    at ``entry_index``, the deployment checkpoint that includes it and the log witnesses
+    whose cosignatures of it verified."""
+
+    entry_index: int
+    entry: Checkpoint
+    checkpoint: Checkpoint
+    witnesses: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -136,6 +188,7 @@ class Verified:
     decoded: dict[str, Any] | None
     checkpoint: Checkpoint
     witnesses: tuple[str, ...]
+    log: LogCovered | None = None   # when the reader asked for it (Trust.log_witnesses)
 
     @property
     def body(self) -> dict[str, Any] | None:
@@ -195,16 +248,47 @@ def parse_bundle(doc: object) -> Bundle:
             raise Tampered("the bundle's consistency proof is malformed")
         first = _int(consistency.get("first"), "consistency.first")
         hashes = _hashes(consistency.get("hashes"), "consistency proof")
+    seq = _int(doc.get("seq"), "seq")
+    reason = doc.get("log_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise Tampered("the bundle's log_reason is not a string")
     known = {"stream", "seq", "record_b64", "leaf_hash", "checkpoint", "inclusion",
-             "consistency"}  # the rest (content, source, finding, ...) is kept as extra
-    return Bundle(stream=stream, seq=_int(doc.get("seq"), "seq"), record=record,
+             "consistency", "log", "log_reason"}  # the rest (content, ...) is kept as extra
+    return Bundle(stream=stream, seq=seq, record=record,
                   leaf_hash=_hex32(doc.get("leaf_hash"), "leaf_hash"),
                   checkpoint=checkpoint.encode("utf-8"),
                   tree_size=None if inclusion.get("tree_size") is None
                   else _int(inclusion.get("tree_size"), "inclusion.tree_size"),
                   inclusion=_hashes(inclusion.get("hashes"), "inclusion proof"),
                   consistency_first=first, consistency=hashes,
-                  extra={k: v for k, v in doc.items() if k not in known})
+                  extra={k: v for k, v in doc.items() if k not in known},
+                  log=None if doc.get("log") is None else _parse_log(doc["log"], seq),
+                  log_reason=reason)
+
+
+def _path(value: object, leaf_index: int, what: str) -> tuple[int, tuple[bytes, ...]]:
+    """(tree size, hashes) of an inclusion proof object of leaf ``leaf_index``."""
+    if not isinstance(value, dict):
+        raise Tampered(f"the bundle's {what} is not an inclusion proof")
+    if value.get("leaf_index") != leaf_index:
+        raise Tampered(f"the bundle's {what} is of leaf {value.get('leaf_index')!r}, not "
+                       f"{leaf_index}")
+    return (_int(value.get("tree_size"), f"{what}.tree_size"),
+            _hashes(value.get("hashes"), what))
+
+
+def _parse_log(value: object, seq: int) -> LogPath:
+    if not isinstance(value, dict) or not isinstance(value.get("entry"), str) \
+            or not isinstance(value.get("checkpoint"), str):
+        raise Tampered("the bundle's log path lacks its entry or checkpoint")
+    index = _int(value.get("entry_index"), "log.entry_index")
+    record = value.get("record_inclusion")
+    return LogPath(
+        entry_index=index, entry=value["entry"].encode("utf-8"),
+        record_inclusion=None if record is None else _path(record, seq - 1,
+                                                           "log.record_inclusion"),
+        checkpoint=value["checkpoint"].encode("utf-8"),
+        entry_inclusion=_path(value.get("entry_inclusion"), index, "log.entry_inclusion"))
 
 
 def _check_record(b: Bundle, content_key: bytes | None) -> tuple[bytes, dict[str, Any]]:
@@ -293,7 +377,64 @@ def verify_bundle(b: Bundle, trust: Trust, known: Checkpoint | None = None, *,
         if known.origin != cp.origin:
             raise ValueError("known is a checkpoint of another origin")
         _check_consistency(b, cp, known)
-    return Verified(b.stream, b.seq, b.record, decoded, cp, cosigned)
+    covered = None if trust.log_witnesses is None else _check_log(b, cp, trust)
+    return Verified(b.stream, b.seq, b.record, decoded, cp, cosigned, covered)
+
+
+def _check_log(b: Bundle, cp: Checkpoint, trust: Trust) -> LogCovered:
+    """Step 7: the path from the record (its leaf, checked) to a witnessed deployment
+    checkpoint; ``cp`` is the bundle's stream checkpoint, verified."""
+    assert trust.log_witnesses is not None
+    log = b.log
+    if log is None:
+        raise Uncovered(f"no deployment checkpoint covers record {b.stream} #{b.seq} yet"
+                        + (f": {b.log_reason}" if b.log_reason else ""))
+    try:
+        dcp, note = open_log_checkpoint(log.checkpoint, trust.log_key, trust.log_witnesses)
+    except NoteError as e:
+        raise Tampered(f"the bundle's deployment checkpoint does not verify with the log key "
+                       f"{trust.log_key.name}: {e}") from None
+    ident = {(k.name, k.key_id) for k in trust.log_witnesses}
+    cosigned = tuple(s.name for s in note.verified if (s.name, s.key_id) in ident)
+    if len(cosigned) < trust.min_log_witnesses:
+        raise Unwitnessed(f"the deployment checkpoint {dcp.origin} at size {dcp.size} has "
+                          f"{len(cosigned)} valid cosignature(s) of the log witnesses named, "
+                          f"{trust.min_log_witnesses} required")
+    try:
+        ecp, _, _ = open_stream_checkpoint(log.entry, trust.log_key, b.stream)
+    except NoteError as e:
+        raise Tampered(f"entry {log.entry_index} of the deployment tree is not a checkpoint "
+                       f"of stream {b.stream} signed by the log key: {e}") from None
+    if ecp.size < b.seq:
+        raise Tampered(f"entry {log.entry_index} is the checkpoint of stream {b.stream} at "
+                       f"size {ecp.size}, which does not cover #{b.seq}")
+    size, hashes = log.entry_inclusion
+    if size != dcp.size:
+        raise Tampered(f"the entry's inclusion proof is for size {size}, the deployment "
+                       f"checkpoint is of size {dcp.size}")
+    try:
+        verify_inclusion(log.entry_index, dcp.size, leaf_hash(log.entry), hashes,
+                         dcp.root_hash)
+    except ProofError as e:
+        raise Tampered(f"the checkpoint of stream {b.stream} at size {ecp.size} is not entry "
+                       f"{log.entry_index} of the deployment tree of size {dcp.size}: {e}"
+                       ) from None
+    if log.record_inclusion is None:
+        if ecp.size != cp.size:
+            raise Tampered(f"the bundle has no proof of #{b.seq} in the entry's tree of size "
+                           f"{ecp.size}")
+        size, hashes = cp.size, b.inclusion
+    else:
+        size, hashes = log.record_inclusion
+        if size != ecp.size:
+            raise Tampered(f"the record's proof in the entry is for size {size}, the entry "
+                           f"is of size {ecp.size}")
+    try:
+        verify_inclusion(b.seq - 1, ecp.size, b.leaf_hash, hashes, ecp.root_hash)
+    except ProofError as e:
+        raise Tampered(f"record {b.stream} #{b.seq} is not in the tree of entry "
+                       f"{log.entry_index} (size {ecp.size}): {e}") from None
+    return LogCovered(log.entry_index, ecp, dcp, cosigned)
 
 
 def checkpoint_of(doc: object) -> tuple[str, Checkpoint]:
