@@ -14,10 +14,10 @@ $(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pypr
 	sh native/seal/build.sh $(PY)
 	sh native/rows/build.sh $(PY)
 	@touch $@
-# The writer's compiled seal path (native/seal/build.sh: without a Rust toolchain it warns and
-# the writer seals with the pure Python path).
+# The writer's compiled seal path (native/seal/build.sh; native/toolchain.sh installs Debian's
+# Rust where there is none; EVIDENCE_NATIVE=0 builds neither crate, the pure Python paths).
 $(STAMP): $(wildcard native/seal/Cargo.* native/seal/pyproject.toml native/seal/build.sh native/seal/src/*.rs)
-# The projector's compiled row path (native/rows/build.sh; without Rust, the pure row path).
+# The projector's compiled row path (native/rows/build.sh).
 $(STAMP): $(wildcard native/rows/Cargo.* native/rows/pyproject.toml native/rows/build.sh native/rows/src/*.rs)
 # How both find cargo and build (native/toolchain.sh, sourced by each build.sh).
 $(STAMP): native/toolchain.sh

@@ -5,20 +5,19 @@
 # isolated build environment) and cargo (crates from crates.io, pinned by Cargo.lock).
 #
 # cargo is looked for as native/toolchain.sh looks for it (for every native crate): on PATH,
-# then $CARGO_HOME/bin, ~/.cargo/bin, /root/.cargo/bin, /usr/local/cargo/bin, with rustup's
-# homes beside it. No toolchain at all: a warning, and the projector takes the pure Python
-# row path.
+# where rustup puts it, then Debian's; none at all: Debian's is installed with apt-get. No
+# toolchain to be had is an error; only EVIDENCE_NATIVE=0 builds nothing on purpose.
 #
 #     native/rows/build.sh PYTHON    build and install
-#     native/rows/build.sh --probe   exit 0 if there is a cargo that would build, else 1
+#     native/rows/build.sh --probe   print the cargo that would build (exit 1: none)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../toolchain.sh"
 
 if [ "${1:-}" = "--probe" ]; then
-    find_cargo >/dev/null && exit 0
+    find_cargo && exit 0
     exit 1
 fi
 PY=${1:?usage: native/rows/build.sh PYTHON}
 build_native "$PY" "$here" evidence_rows_native "the projector" \
-    "decodes with its pure Python row path (slower rebuilds; rustup installs Rust)."
+    "decodes with its pure Python row path (slower rebuilds)."

@@ -5,8 +5,8 @@
 # environment) and cargo (crates from crates.io, pinned by Cargo.lock).
 #
 # cargo is looked for as native/toolchain.sh looks for it (for every native crate): on PATH,
-# then where rustup puts it, with rustup's homes beside it. No toolchain at all: a warning,
-# and the writer seals with the pure Python path.
+# where rustup puts it, then Debian's; none at all: Debian's is installed with apt-get. No
+# toolchain to be had is an error; only EVIDENCE_NATIVE=0 builds nothing on purpose.
 #
 #     native/seal/build.sh PYTHON    build and install
 #     native/seal/build.sh --probe   print the cargo that would build (exit 1: none)
@@ -20,4 +20,4 @@ if [ "${1:-}" = "--probe" ]; then
 fi
 PY=${1:?usage: native/seal/build.sh PYTHON}
 build_native "$PY" "$here" evidence_seal_native "the writer" \
-    "seals with its pure Python path (slower; rustup installs Rust)."
+    "seals with its pure Python path (slower)."
