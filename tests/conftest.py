@@ -1,5 +1,8 @@
 # Fixtures that reach real Kafka and PostgreSQL live in tests/fixtures and are shared as
 # plugins; unit tests use none of them and run without services.
+import os
+import random
+
 pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.kafka",
@@ -13,3 +16,27 @@ pytest_plugins = [
     "tests.fixtures.audit",
     "tests.fixtures.litewitness",
 ]
+
+
+class _WorkerShare(random.Random):
+    """``random`` for devstack.ports in one of n parallel workers: a range of candidate ports
+    is drawn from this worker's share only (every n-th port), so two workers never pick the
+    same free port and race to bind it (a pick is checked free, but bound seconds later)."""
+
+    def __init__(self, index: int, count: int) -> None:
+        super().__init__()
+        self.index, self.count = index, count
+
+    def choice(self, seq):
+        if isinstance(seq, range):
+            seq = seq[self.index::self.count]
+        return super().choice(seq)
+
+
+def pytest_configure(config):
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(
+        "PYTEST_XDIST_WORKER_COUNT")
+    if worker and count:  # "gw0", "gw1", ... under pytest-xdist
+        from devstack import ports
+
+        ports.random = _WorkerShare(int(worker.removeprefix("gw")), int(count))
