@@ -207,6 +207,22 @@ class Database:
                           f"where level = %s and idx >= %s and idx < %s order by idx",
             "log_entries": f"select idx, entry from {v}.log_entries "
                            f"where idx >= %s and idx < %s order by idx",
+            # A bundle's path to the deployment log (api.routers.bundles): the latest
+            # deployment checkpoint a witness cosigned, the entries of a stream that cover a
+            # seq within a size (first by size: log_entries_stream), the proof's nodes.
+            "log_checkpoint_cosigned": f"select c.tree_size, c.root, c.note, array(select "
+                                       f"s.line from {v}.log_cosignatures s "
+                                       f"where s.tree_size = c.tree_size "
+                                       f"order by s.witness, s.key_id limit %s) "
+                                       f"from {v}.log_checkpoints c "
+                                       f"where c.root_matches is not false and c.tree_size = "
+                                       f"(select max(tree_size) from {v}.log_cosignatures)",
+            "log_covering": f"select idx, tree_size, entry from {v}.log_entries "
+                            f"where stream = %s and tree_size >= %s and idx < %s "
+                            f"order by tree_size, idx limit %s",
+            "log_nodes": f"select n.level, n.idx, n.hash from {v}.log_nodes n "
+                         f"join unnest(%s::int[], %s::bigint[]) w(level, idx) "
+                         f"on n.level = w.level and n.idx = w.idx",
             "nodes": f"select n.level, n.idx, n.hash from {v}.tree_nodes n "
                      f"join unnest(%s::int[], %s::bigint[]) w(level, idx) "
                      f"on n.level = w.level and n.idx = w.idx where n.stream = %s",
@@ -528,6 +544,46 @@ class Database:
         rows = await self._all("log entry bundle", self._q["log_entries"],
                                (Int8(start), Int8(start + count)))
         return [(int(i), bytes(e)) for i, e in rows]
+
+    async def log_cover(self, stream: str, seq: int, max_cosignatures: int, candidates: int
+                        ) -> tuple[Any, Any, list[tuple[int, int, bytes]]]:
+        """What a bundle's path to the deployment log starts from, on one connection: the
+        ``(tree_size, root, note, cosignature lines)`` of the latest deployment checkpoint a
+        witness cosigned and of the latest one (each None when there is none; both among
+        those whose root the projected tree has not contradicted), and the first
+        ``candidates`` entries ``(idx, tree_size, entry)`` of ``stream`` of a size that covers
+        ``seq`` within the latest, by size then index."""
+        def row(r: Any) -> Any:
+            return None if r is None else (int(r[0]), bytes(r[1]), bytes(r[2]), list(r[3] or []))
+
+        with translate("log cover"):
+            async with self._connection() as conn:
+                latest = row(await (await conn.execute(
+                    self._q["log_checkpoint"], (max_cosignatures,))).fetchone())
+                if latest is None:
+                    return None, None, []
+                cosigned = row(await (await conn.execute(
+                    self._q["log_checkpoint_cosigned"], (max_cosignatures,))).fetchone())
+                found = await (await conn.execute(self._q["log_covering"], (
+                    stream, Int8(seq), Int8(latest[0]), candidates))).fetchall()
+        return cosigned, latest, [(int(i), int(n), bytes(e)) for i, n, e in found]
+
+    async def log_path_nodes(self, log_wanted: list[tuple[int, int]], stream: str,
+                             stream_wanted: list[tuple[int, int]]
+                             ) -> tuple[dict[tuple[int, int], bytes], dict[tuple[int, int], bytes]]:
+        """The stored subtree hashes ``{(level, idx): hash}`` of the deployment tree at
+        ``log_wanted`` and of ``stream``'s tree at ``stream_wanted``, on one connection."""
+        def nodes(rows: list[Any]) -> dict[tuple[int, int], bytes]:
+            return {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
+
+        with translate("log path nodes"):
+            async with self._connection() as conn:
+                log = nodes(await (await conn.execute(self._q["log_nodes"], (
+                    [lv for lv, _ in log_wanted], [i for _, i in log_wanted]))).fetchall())
+                own = {} if not stream_wanted else nodes(await (await conn.execute(
+                    self._q["nodes"], ([lv for lv, _ in stream_wanted],
+                                       [i for _, i in stream_wanted], stream))).fetchall())
+        return log, own
 
     # -- health --------------------------------------------------------------------------
 

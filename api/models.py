@@ -24,7 +24,7 @@ from .db import ERASED_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
 __all__ = [
     "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
-    "BundleConsistency", "BundleInclusion", "ConsistencyProof", "CosignatureAccepted", "EvidenceBundle", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary", "TooManyBody",
+    "BundleConsistency", "BundleInclusion", "BundleLog", "ConsistencyProof", "CosignatureAccepted", "EvidenceBundle", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "LogInclusion", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary", "TooManyBody",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
 ]
 
@@ -218,6 +218,30 @@ class BundleConsistency(BaseModel):
     hashes: list[HexHash] = Field(description="the proof nodes, hex (RFC 9162 order)")
 
 
+class LogInclusion(BaseModel):
+    leaf_index: int = Field(description="the leaf's index in the tree")
+    tree_size: int = Field(description="the size of the tree the proof is for")
+    hashes: list[HexHash] = Field(description="the inclusion path, leaf up (RFC 9162 order)")
+
+
+class BundleLog(BaseModel):
+    """The path from the record to a deployment checkpoint the witnesses cosigned
+    (docs/witnessing.md): record -> stream checkpoint = entry of the deployment tree ->
+    deployment checkpoint."""
+
+    entry_index: int = Field(description="the entry's index in the deployment tree")
+    entry: str = Field(description="the entry: the first checkpoint of the record's stream "
+                                   "that covers the record, verbatim as the log signed it")
+    record_inclusion: LogInclusion | None = Field(description=(
+        "the record's path in the entry's tree (leaf seq - 1); null when the entry is of "
+        "the bundle's checkpoint size: `inclusion` is that path"))
+    checkpoint: str = Field(description="the deployment checkpoint (origin = the log key's "
+                                        "name) with every cosignature held for it")
+    entry_inclusion: LogInclusion = Field(description=(
+        "the path of the entry's leaf, SHA-256(0x00 || entry), in the deployment tree of the "
+        "checkpoint's size"))
+
+
 class EvidenceBundle(BaseModel):
     """A record and what proves it (``evidence_contract.bundle``): verify it with the log's
     key; nothing in it needs trusting the API."""
@@ -240,6 +264,10 @@ class EvidenceBundle(BaseModel):
                                                           "the record")
     consistency: BundleConsistency | None = Field(description="with known_size: the proof "
                                                               "from that size")
+    log: BundleLog | None = Field(None, description="the path to a witnessed deployment "
+                                                    "checkpoint; null until one covers the "
+                                                    "record (log_reason says why)")
+    log_reason: str | None = Field(None, description="why log is null (null when it is not)")
 
 
 class CosignatureAccepted(BaseModel):

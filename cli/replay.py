@@ -227,6 +227,11 @@ def _verified(args: argparse.Namespace, api: str, key: str, answer: dict[str, An
     cp = v.checkpoint
     out = {**answer, "verified": {"origin": cp.origin, "tree_size": cp.size,
                                   "witnesses": list(v.witnesses)}}
+    if v.log is not None:  # --log-witness-key: the deployment checkpoint that covers it
+        out["verified"]["log"] = {"origin": v.log.checkpoint.origin,
+                                  "tree_size": v.log.checkpoint.size,
+                                  "entry_index": v.log.entry_index,
+                                  "witnesses": list(v.log.witnesses)}
     if v.body is None:  # withheld by the read side's redaction: only its leaf is proved
         out["verified"]["digests"] = "withheld by redaction: compared by the API only"
         return out

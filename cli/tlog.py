@@ -137,6 +137,12 @@ def add_trust(p: argparse.ArgumentParser) -> None:
                    help="a witness's verifier key (text or file); repeatable")
     g.add_argument("--min-witnesses", type=int, metavar="K",
                    help="cosignatures required from the --witness-key keys (default: all)")
+    g.add_argument("--log-witness-key", metavar="KEY", action="append", default=[],
+                   help="a key of a witness of the deployment log (text or file); repeatable: "
+                        "the record must be covered by a deployment checkpoint it cosigned")
+    g.add_argument("--min-log-witnesses", type=int, metavar="K",
+                   help="cosignatures of the deployment checkpoint required from the "
+                        "--log-witness-key keys (default: all)")
     g.add_argument("--state-file", metavar="FILE",
                    help="where the last verified checkpoint per log is kept, to catch a "
                         "rollback between runs (default $XDG_STATE_HOME/evidence/"
@@ -161,15 +167,24 @@ def log_verifier(args: argparse.Namespace, env: dict[str, str], api: ApiClient):
     from evidence_client.trust import LogVerifier
 
     key, _source = log_key(args.log_key, env, None)
-    witnesses = []
-    for item in args.witness_key:
-        lines = [item] if "+" in item and not os.path.exists(item) else \
-            Path(item).read_text(encoding="utf-8").splitlines()
-        witnesses += [t.strip() for t in lines if t.strip()]
+
+    def keys(items: list[str]) -> list[str]:
+        out = []
+        for item in items:
+            lines = [item] if "+" in item and not os.path.exists(item) else \
+                Path(item).read_text(encoding="utf-8").splitlines()
+            out += [t.strip() for t in lines if t.strip()]
+        return out
+
+    log_witnesses = keys(args.log_witness_key) or None
+    if log_witnesses is None and args.min_log_witnesses:
+        raise CliError(2, "--min-log-witnesses needs --log-witness-key")
     try:
-        verifier = LogVerifier(key, witnesses=witnesses, min_witnesses=args.min_witnesses,
+        verifier = LogVerifier(key, witnesses=keys(args.witness_key),
+                               min_witnesses=args.min_witnesses,
                                trust_on_first_use=args.trust_on_first_use,
-                               state_file=_state_file(args))
+                               state_file=_state_file(args), log_witnesses=log_witnesses,
+                               min_log_witnesses=args.min_log_witnesses)
         verifier.pin(lambda: api.ok("/log/key").text)
     except ConfigError as e:
         raise CliError(2, f"{e}; see --log-key and --trust-on-first-use") from e

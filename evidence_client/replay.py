@@ -17,7 +17,9 @@ log key it was given (``log_key=``: the key, its text or a file; the API's own k
 ``trust_on_first_use=True``) and cosigned by ``min_witnesses`` of ``witnesses=``, the record's
 digests, that it is the record of this content key, and that the checkpoint is consistent
 with the last one this Replayer verified for the stream (``LogVerifier``: a rollback or a
-fork raises :class:`CheckpointRolledBack`). A failed check raises :class:`EvidenceTampered`
+fork raises :class:`CheckpointRolledBack`), and with ``log_witnesses=`` that a deployment
+checkpoint cosigned by ``min_log_witnesses`` of them covers the record (the bundle's ``log``
+path, docs/witnessing.md). A failed check raises :class:`EvidenceTampered`
 (an ``EvidenceUnverified``) and never returns the bytes. A record newer than the latest
 checkpoint is asked for again until one covers it, for up to ``checkpoint_wait_s`` (then
 ``EvidenceUncovered``). With ``stream=`` a verified replay is one request (the bundle carries
@@ -254,7 +256,8 @@ class Replayer:
                  timeout: float = 10.0, key_store: Any = None, key_cache_s: float = 5.0,
                  log_key: Any = None, witnesses: Any = (), min_witnesses: int | None = None,
                  trust_on_first_use: bool = False, verify: bool = True,
-                 checkpoint_wait_s: float = 15.0, state_file: Any = None):
+                 checkpoint_wait_s: float = 15.0, state_file: Any = None,
+                 log_witnesses: Any = None, min_log_witnesses: int | None = None):
         if key_store is not None:
             try:
                 from evidence_contract import sealing  # noqa: F401 - needs the [encrypt] extra
@@ -270,7 +273,8 @@ class Replayer:
         self.key_store = key_store
         self.verifier = LogVerifier(log_key, witnesses=witnesses, min_witnesses=min_witnesses,
                                     trust_on_first_use=trust_on_first_use,
-                                    state_file=state_file) if verify else None
+                                    state_file=state_file, log_witnesses=log_witnesses,
+                                    min_log_witnesses=min_log_witnesses) if verify else None
         self._checkpoint_wait_s = checkpoint_wait_s
         self._key_cache_s = key_cache_s
         self._headers = {"Authorization": f"Bearer {api_key}"}

@@ -5,6 +5,12 @@ requires, and the last checkpoint it verified per origin.
     verified = verifier.check(bundle)          # evidence_contract.bundle.verify_bundle
     verifier.known_size("evidence-store.local/log/acme:chat")   # ask the API to prove from it
 
+With ``log_witnesses=`` every record must also be covered by a deployment checkpoint that at
+least ``min_log_witnesses`` of them (default: all) cosigned: the bundle's ``log`` path
+(docs/witnessing.md). Until the publisher has signed one over the record, the check raises
+:class:`EvidenceUncovered`, which the readers retry for a while as they do for a stream's
+checkpoint.
+
 The pure check is :func:`evidence_contract.bundle.verify_bundle`; this module adds the state
 a client keeps between reads, as Go's sumdb client keeps its latest verified tree: each
 origin's last verified checkpoint, so that a later read whose checkpoint is older (a
@@ -91,7 +97,9 @@ class LogVerifier:
 
     def __init__(self, log_key: Any = None, *, witnesses: Iterable[Any] = (),
                  min_witnesses: int | None = None, trust_on_first_use: bool = False,
-                 state_file: str | Path | None = None) -> None:
+                 state_file: str | Path | None = None,
+                 log_witnesses: Iterable[Any] | None = None,
+                 min_log_witnesses: int | None = None) -> None:
         from evidence_contract.bundle import witness_keys
 
         self._lock = threading.Lock()
@@ -120,6 +128,17 @@ class LogVerifier:
         if not 0 <= self.min_witnesses <= len(self.witnesses):
             raise ConfigError(f"min_witnesses must be between 0 and the {len(self.witnesses)} "
                               f"witness key(s) given, not {self.min_witnesses}")
+        # log_witnesses: the record must be covered by a deployment checkpoint they cosigned
+        # (docs/witnessing.md); None: that path is not asked for.
+        try:
+            self.log_witnesses = None if log_witnesses is None else witness_keys(log_witnesses)
+        except Exception as e:  # noqa: BLE001 - NoteError, OSError: a bad witness key
+            raise ConfigError(f"a log witness key is not a note verifier key: {e}") from e
+        given = len(self.log_witnesses or ())
+        self.min_log_witnesses = given if min_log_witnesses is None else min_log_witnesses
+        if not 0 <= self.min_log_witnesses <= given:
+            raise ConfigError(f"min_log_witnesses must be between 0 and the {given} log "
+                              f"witness key(s) given, not {self.min_log_witnesses}")
 
     # -- state ---------------------------------------------------------------------------
     # The state file: {"pinned": <key text or null>, "logs": {<key text>: {<origin>:
@@ -222,7 +241,8 @@ class LogVerifier:
         if self.log_key is None:
             raise ConfigError("no log key is pinned yet (trust on first use pins it at the "
                               "first read)")
-        trust = Trust(self.log_key, self.witnesses, self.min_witnesses)
+        trust = Trust(self.log_key, self.witnesses, self.min_witnesses, self.log_witnesses,
+                      self.min_log_witnesses)
         with translate():
             b = parse_bundle(doc)
             origin = checkpoint_of(doc)[1].origin

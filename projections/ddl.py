@@ -129,7 +129,9 @@ create table if not exists {gen}.log_cosignatures (
     timestamp   bigint not null,      -- the cosignature's POSIX time
     line        text   not null,      -- the signature line, as a note holds it
     log_offset  bigint not null,
-    primary key (tree_size, witness, key_id))"""
+    primary key (tree_size, witness, key_id));
+-- A bundle's path to the deployment log: the first entry of a stream that covers a seq.
+create index if not exists log_entries_stream on {gen}.log_entries (stream, tree_size, idx)"""
 """The deployment log (docs/witnessing.md, :mod:`projections.logtree`) folded from
 ``<prefix>.tree``: its entries (the stream checkpoints, in commit order), every perfect
 subtree hash of its tree, the deployment checkpoints and their witnesses' cosignatures. The

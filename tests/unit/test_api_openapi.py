@@ -14,7 +14,9 @@ added the long poll on a stream's head: ``GET /streams/{stream}`` takes ``?after
 bounded per key (429 ``TooManyBody``); the evidence bundles (a record with its checkpoint and
 proofs, for readers that verify) and their three schemas. Issue 24 added the public
 tlog-tiles read of the deployment log and of each stream's tree (``/log/checkpoint``,
-``/log/tile/...``, ``/log/streams/{stream}/checkpoint`` and ``.../tile/...``, no API key).
+``/log/tile/...``, ``/log/streams/{stream}/checkpoint`` and ``.../tile/...``, no API key),
+and the bundles' path to a witnessed deployment checkpoint (``log``, ``log_reason``; its two
+schemas ``BundleLog`` and ``LogInclusion``).
 """
 
 import pytest
@@ -103,18 +105,20 @@ OPERATIONS = [
 SCHEMAS = {
     "BundleConsistency": ("first", "second", "hashes"),
     "BundleInclusion": ("leaf_index", "tree_size", "hashes"),
+    "BundleLog": ("entry_index", "entry", "record_inclusion", "checkpoint", "entry_inclusion"),
     "ConsistencyProof": ("first", "second", "tree_size", "hashes"),
     "CosignatureAccepted": ("stream", "tree_size", "witnesses"),
     "ErasedBody": ("error", "message", "erased_at", "request_id"),
     "EvidenceBundle": ("stream", "seq", "event_id", "content_type", "content", "record_b64",
                        "leaf_hash", "source", "finding", "checkpoint", "inclusion",
-                       "consistency"),
+                       "consistency", "log", "log_reason"),
     "ErasureOut": ("erased_at", "erased_at_us", "request_id"),
     "ErasureAccepted": ("request_id", "key_ids", "erased_at", "status"),
     "ErrorBody": ("error", "message"),
     "FindingOut": ("id", "stream", "seq", "kind", "detail", "log_partition", "log_offset",
                    "found_at"),
     "InclusionProof": ("leaf_index", "tree_size", "leaf_hash", "hashes"),
+    "LogInclusion": ("leaf_index", "tree_size", "hashes"),
     "LogPosition": ("partition", "offset"),
     "Provider": ("name", "endpoint", "api_version"),
     "RecordOut": ("stream", "seq", "event_id", "schema_version", "occurred_at",
