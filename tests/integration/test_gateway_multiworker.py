@@ -39,7 +39,7 @@ import pytest
 from devstack.ports import free_port
 import evidence_contract as schemas
 from evidence_client.spool import scan, spool_dirs
-from tests.fixtures.writer import ROOT, read_all
+from tests.fixtures.writer import ROOT, intake_consumed, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -364,19 +364,18 @@ def test_multiworker_server_kill9_every_200_sealed_once(
             have = {r["body"]["content_key"] for r in sealed()}
             return True if all(key_of[m] in have for m in ok) else None
 
-        # Wait until all are there, or until the log and the spools have been quiet for 5 s.
-        last, quiet_since = -1, time.monotonic()
-        while all_ok_sealed() is None:
-            n = len(sealed())
-            if n != last:
-                last, quiet_since = n, time.monotonic()
-            elif time.monotonic() - quiet_since > 5 and not scan(root):
-                break
-            assert time.monotonic() - quiet_since < 30, "the log keeps growing"
-            time.sleep(0.5)
+        # Every capture is spooled before it is sent and leaves the spool once Kafka has it:
+        # with the spools empty and the writer past the end of intake, nothing more comes.
+        def settled() -> bool:
+            writer.assert_alive()
+            return not scan(root) and intake_consumed(
+                kafka_bootstrap, writer.group_id, topics.names.intake)
+
+        wait_for("every answered request sealed, or nothing left to seal",
+                 lambda: all_ok_sealed() or settled(), 60, 0.5)
         for d in dirs_b:
             wait_for(f"spool {d.name} to be removed", lambda d=d: not d.exists(), 20, 0.1)
-        time.sleep(1.5)  # room for late duplicates to show up
+        wait_for("the spools empty and intake sealed (late duplicates too)", settled, 60, 0.2)
         records = sealed()
 
         key_counts = Counter(r["body"]["content_key"] for r in records)
