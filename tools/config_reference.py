@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 import sys
 import tomllib
@@ -322,7 +323,13 @@ def scan_source(source: str, module: str, resolve_import=lambda module, name: No
 
 
 def scan(root: Path = ROOT) -> dict[str, Variable]:
-    """Every variable the code under ``root`` reads, with where and its defaults."""
+    """Every variable the code under ``root`` reads, with where and its defaults (a fresh
+    dict of what :func:`_scan` found, which reads each file once per process)."""
+    return {name: Variable(name, list(var.reads)) for name, var in _scan(root).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _scan(root: Path) -> dict[str, Variable]:
     renamed = import_names(root)
     files = {module_name(p, root, renamed): p for p in python_files(root)}
     cache: dict[str, dict[str, object]] = {}

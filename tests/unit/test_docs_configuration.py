@@ -37,8 +37,20 @@ def test_the_scan_sees_the_services_settings():
     assert found["EVIDENCE_MAX_MESSAGE_BYTES"].defaults == {str(64 << 20): ["topics.spec"]}
     assert "writer.config" in found["EVIDENCE_WRITER_BATCH_LINGER_MS"].modules
     assert found["EVIDENCE_WRITER_BATCH_LINGER_MS"].defaults == {"20": ["writer.config"]}
-    # a folder whose import name differs is shown by its import name
-    assert "evidence_client.recorder" in found["EVIDENCE_SPOOL_DIR"].modules
+    assert all(m.startswith("evidence_client.") for m in found["EVIDENCE_SPOOL_DIR"].modules)
+
+
+def test_a_folder_is_shown_by_its_import_name(tmp_path):
+    (tmp_path / "schemas").mkdir()
+    renamed = {(tmp_path / "schemas").resolve(): "evidence_contract"}
+    assert ref.module_name(tmp_path / "schemas" / "tlog.py", tmp_path, renamed) == \
+        "evidence_contract.tlog"
+    assert ref.module_name(tmp_path / "schemas" / "__init__.py", tmp_path, renamed) == \
+        "evidence_contract"
+    assert ref.module_name(tmp_path / "writer" / "config.py", tmp_path, renamed) == \
+        "writer.config"
+    # the mapping comes from the distributions' package-dir
+    assert "evidence_contract" in ref.import_names().values()
 
 
 def test_a_default_after_the_name_in_any_call():
