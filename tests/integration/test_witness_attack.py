@@ -29,7 +29,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import httpx
@@ -139,7 +138,8 @@ def test_two_witnesses_cosign_and_a_rewrite_from_seq_1_is_caught(make_pipeline, 
                                   interval=0.3))
     lhost, lport = local.serve()
     local_url = f"http://{lhost}:{lport}"
-    threading.Thread(target=local.run, daemon=True).start()
+    runner = threading.Thread(target=local.run, daemon=True)
+    runner.start()
     remote = RemoteWitness(tmp_path / "remote.skey", tmp_path / "remote-state", log_key_file, p)
     try:
         wait_until("the checkpoint of 6 served with both cosignatures",
@@ -210,7 +210,8 @@ def test_two_witnesses_cosign_and_a_rewrite_from_seq_1_is_caught(make_pipeline, 
 
         # the witnesses, shown the rewritten log, refuse it and keep what they cosigned
         local.stop()
-        time.sleep(0.5)
+        runner.join(30)  # its poll in flight finished: no poll of its own races the one below
+        assert not runner.is_alive()
         local.config.log_url, local.config.api_key = q.api_url, q.api_key
         local._client = None
         assert local.follow(STREAM) == "refused"
