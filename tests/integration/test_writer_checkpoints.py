@@ -84,7 +84,7 @@ def test_checkpoints_match_the_log_and_stay_consistent_across_a_kill(kafka_boots
     _wait_sizes(kafka_bootstrap, settings, {s: 40 for s in streams})
     # More while the writer is killed mid-stream; a new one resumes from writer-state.
     produce_captures(kafka_bootstrap, settings, (make_capture(streams[i % 5]) for i in range(300)))
-    time.sleep(0.3)
+    wait_for_count(kafka_bootstrap, settings.names.log, 201, alive=writer.assert_alive)
     writer.kill()
     writer = run_writer(settings, env={"EVIDENCE_CHECKPOINT_INTERVAL_S": "0.5"})
     produce_captures(kafka_bootstrap, settings, (make_capture(streams[i % 5]) for i in range(100)))
@@ -105,7 +105,7 @@ def test_an_on_demand_checkpoint_is_issued_in_the_batch_that_reads_the_request(
     _wait_sizes(kafka_bootstrap, settings, {"od": 3})  # first one: never checkpointed, due now
     produce_captures(kafka_bootstrap, settings, (make_capture("od") for _ in range(2)))
     wait_for_count(kafka_bootstrap, settings.names.log, 5)
-    time.sleep(1.0)
+    # A checkpoint commits with the records it covers: any for these would be there now.
     assert [cp.size for _s, cp, _m in _checkpoints(kafka_bootstrap, settings)] == [3], \
         "the interval is an hour: nothing more without a request"
     control = [("evidence-control", b"checkpoint")]
@@ -115,7 +115,7 @@ def test_an_on_demand_checkpoint_is_issued_in_the_batch_that_reads_the_request(
     # neither is sealed nor rejected, and their offsets are committed.
     produce_intake(kafka_bootstrap, settings, [(b"od", b"", control), (b"nobody", b"", control)])
     writer.wait_event("checkpoint_requested", count=2)
-    time.sleep(0.5)
+    writer.wait_consumed(settings.names.intake)  # what they would issue has committed
     assert [cp.size for _s, cp, _m in _checkpoints(kafka_bootstrap, settings)] == [3, 5]
     assert len(read_all(kafka_bootstrap, settings.names.log)) == 5
     assert read_all(kafka_bootstrap, settings.names.rejected) == []
@@ -130,7 +130,7 @@ def test_without_a_key_no_checkpoints_and_turning_it_on_later_checkpoints_everyt
     writer.wait_event("checkpoints_off")
     produce_captures(kafka_bootstrap, settings, (make_capture(f"off-{i % 2}") for i in range(20)))
     wait_for_count(kafka_bootstrap, settings.names.log, 20)
-    time.sleep(0.5)
+    writer.wait_consumed(settings.names.intake)
     assert writer.terminate() == 0
     assert read_all(kafka_bootstrap, settings.names.checkpoints) == []
     writer = run_writer(settings)
