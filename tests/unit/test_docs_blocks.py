@@ -115,3 +115,21 @@ def test_an_unlabelled_block_and_a_broken_link_are_found(tmp_path):
     assert d.check_block(block)[0].startswith("a code block must say its language")
     assert d.check_links(doc) == ["link to missing.md: no such file",
                                   "link to x.md#nope: x.md has no heading #nope"]
+
+
+LAB_NOTEBOOK = re.compile(
+    r"(?<![-\w])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![-\w])"   # a commit hash
+    r"|(?i:\bthis session\b|\bissue \d+|\bthe machine before\b)")
+
+
+@pytest.mark.parametrize("path", d.DOCS, ids=[p.name for p in d.DOCS])
+def test_no_lab_notebook(path):
+    """History (commits, sessions, issues) belongs in bench/results/ and the git log."""
+    text = path.read_text(encoding="utf-8")
+    assert [m.group(0) for m in LAB_NOTEBOOK.finditer(text)] == []
+
+
+def test_the_lab_notebook_pattern_finds_what_it_should():
+    assert LAB_NOTEBOOK.findall("at 1058b5c, in this session, since issue 14") == [
+        "1058b5c", "this session", "issue 14"]
+    assert LAB_NOTEBOOK.findall("--event-id 01890f5e-5b5c-7cc0, 1048576 bytes, Ed25519") == []
