@@ -183,7 +183,7 @@ def test_the_writer_rides_out_a_broker_kill_and_restart_and_resumes_sealing(priv
             wait_for_count(cfg.bootstrap, settings.names.log, len(load.event_ids) // 2 + 20,
                            60, writer.assert_alive)
             kill_broker(cfg)
-            time.sleep(3)
+            time.sleep(3)  # the outage itself: the broker stays down a while
             devkafka.start(cfg)
             # Sealing resumes: records committed after the restart, the writer alive.
             before = len(load.event_ids)
@@ -258,7 +258,9 @@ def test_writers_joining_and_leaving_the_group_under_load_never_exit(kafka_boots
             second = run_writer(settings, wait_ready=False, transactional_id=f"tx-b{i}-{group}",
                                 **fast)
             second.wait_event("assigned", 60)
-            time.sleep(2)
+            sent_so_far = len(load.event_ids)  # more load while both are in the group
+            wait_for_count(kafka_bootstrap, settings.names.log, sent_so_far + 50, 60,
+                           second.assert_alive)
             first.assert_alive()
             second.assert_alive()
             assert second.terminate(30) == 0
