@@ -5,6 +5,7 @@ prose."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,12 @@ def test_the_lab_notebook_pattern_finds_what_it_should():
     assert LAB_NOTEBOOK.findall("at 1058b5c, in this session, since issue 14") == [
         "1058b5c", "this session", "issue 14"]
     assert LAB_NOTEBOOK.findall("--event-id 01890f5e-5b5c-7cc0, 1048576 bytes, Ed25519") == []
+
+
+def test_no_code_cites_a_style_guide_the_repository_does_not_have():
+    assert not (d.ROOT / "STYLE.md").exists()
+    skip = {".venv", ".git", "build", "node_modules", ".stack"}
+    citing = [str(p.relative_to(d.ROOT)) for p in d.ROOT.rglob("*.py")
+              if not skip.intersection(p.relative_to(d.ROOT).parts) and p != Path(__file__)
+              and "STYLE.md" in p.read_text(encoding="utf-8", errors="replace")]
+    assert citing == []
