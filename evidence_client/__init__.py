@@ -10,7 +10,13 @@
 
 Modules, from the outside in:
 
-    recorder   Recorder (clients, lifecycle, routing to Kafka or the spools), Metrics, LIBRARY
+    recorder   Recorder: the front (clients, lifecycle) over the rooms below; Metrics, LIBRARY
+    settings   RecorderSettings: the Recorder's arguments and environment, validated once
+    sender     the sender thread: producer, hand-off of each capture (Durable), group commit
+    tracking   the own spool's captures until Kafka acknowledged them; degraded mode
+    orphans    adopting and resending the spools of processes that ended
+    encoder    a finished exchange to the encoded (sized, maybe sealed) CaptureEvent
+    keycache   subject keys of content_policy="encrypt", per epoch, cached
     context    stream() and call_context(): per-call stream, subject and application context
     keystore   FileKeyStore, load_kek: per-subject data keys in local files (content_policy
                "encrypt"; the sealing itself needs the [encrypt] extra)

@@ -124,6 +124,23 @@ def _call_context(call: Any, keep: bool, d: Any) -> dict[str, Any]:
     }
 
 
+def _outcome(ex: Exchange, kind: str | None) -> tuple[str, bytes | None, bytes | None, bool]:
+    """What became of the call: (outcome, response bytes, error bytes, closed early)."""
+    if ex.status is None:
+        no_response = ex.error or "no response"
+        return "UNKNOWN", None, no_response.encode("utf-8", errors="replace"), False
+    body = _body(ex)
+    if ex.status >= 400:
+        return "FAILED", None, body, False
+    if ex.error is not None:
+        cut = f"response body cut after {len(body)} bytes: {ex.error}"
+        return "UNKNOWN", body, cut.encode("utf-8", errors="replace"), False
+    if ex.closed_by_app and not _complete(ex, kind, body):
+        early = f"closed early by the application after {len(body)} bytes"
+        return "UNKNOWN", body, early.encode(), True
+    return "COMMITTED", body, None, False
+
+
 def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
                 digests: Any = None) -> dict[str, Any]:
     """Return the CaptureEvent dict for ``ex``; ``ex`` must be finished (``finished_at`` set).
@@ -134,29 +151,13 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
     d = plain_digests if digests is None else digests
     route = adapters.detect(ex.host, ex.path, ex.request_headers, ex.query)
     req = adapters.parse_request(route.kind, ex.request_bytes)
+    outcome, response_bytes, error_bytes, closed_early = _outcome(ex, route.kind)
     facts = adapters.ResponseFacts()
-    response_bytes = error_bytes = out_digest = None
-    closed_early = False
-    if ex.status is None:
-        outcome = "UNKNOWN"
-        error_bytes = (ex.error or "no response").encode("utf-8", errors="replace")
-    else:
-        body = _body(ex)
-        if ex.status >= 400:
-            outcome, error_bytes = "FAILED", body
-        elif ex.error is not None:
-            outcome, response_bytes = "UNKNOWN", body
-            error_bytes = f"response body cut after {len(body)} bytes: {ex.error}".encode(
-                "utf-8", errors="replace")
-        elif ex.closed_by_app and not _complete(ex, route.kind, body):
-            outcome, response_bytes, closed_early = "UNKNOWN", body, True
-            error_bytes = f"closed early by the application after {len(body)} bytes".encode()
-        else:
-            outcome, response_bytes = "COMMITTED", body
-        if response_bytes is not None:
-            facts = adapters.parse_response(route.kind, response_bytes, ex.streamed)
-        if outcome == "COMMITTED" and facts.output_text is not None:
-            out_digest = d.output_digest(facts.output_text)
+    out_digest = None
+    if response_bytes is not None:
+        facts = adapters.parse_response(route.kind, response_bytes, ex.streamed)
+    if outcome == "COMMITTED" and facts.output_text is not None:
+        out_digest = d.output_digest(facts.output_text)
     finished = ex.finished_at if ex.finished_at is not None else ex.started_at
     return {
         "schema_version": SCHEMA_VERSION,

@@ -84,7 +84,7 @@ def _handler(request: httpx2.Request) -> httpx2.Response:
 def _recorder(tmp_path: Path, producer: FakeProducer, **kwargs: Any) -> Recorder:
     r = Recorder("127.0.0.1:1", kwargs.pop("stream", "acme:unit"), spool_dir=tmp_path / "spool",
                  close_timeout=kwargs.pop("close_timeout", 2.0), **kwargs)
-    r._producer = producer  # the one seam to Kafka
+    r._sender.producer = producer  # the one seam to Kafka
     return r
 
 
@@ -223,7 +223,7 @@ def test_a_produce_call_that_refuses_the_message_does_not_kill_the_sender(tmp_pa
     _call(client, b'{"messages":"' + b"y" * 5000 + b'"}')
     _call(client, b'{"n":1}')
     _wait(lambda: len(fake.delivered) == 2)
-    assert r._thread is not None and r._thread.is_alive()
+    assert r._sender.thread is not None and r._sender.thread.is_alive()
     r.close()
     assert [e["capture"]["truncated"] for e in _events(fake)] == [True, False]
 
@@ -414,30 +414,37 @@ def test_group_commit_ms_is_checked(tmp_path):
 
 
 class _Sender:
-    """A Recorder whose sender steps are driven by the test (no sender thread), with the
-    spool's appends (each one fsync) counted."""
+    """A Recorder's sender driven by the test (no sender thread), with the spool's appends
+    (each one fsync) and the timeouts of the producer's polls recorded."""
 
-    def __init__(self, tmp_path: Path, **kwargs: Any) -> None:
-        self.recorder = r = _recorder(tmp_path, FakeProducer(), **kwargs)
-        r._spool = new_spool(r.spool_dir)
+    def __init__(self, tmp_path: Path, producer: FakeProducer | None = None,
+                 **kwargs: Any) -> None:
+        self.recorder = _recorder(tmp_path, producer or FakeProducer(), **kwargs)
+        self.sender = s = self.recorder._sender
+        s.open()
         self.appends: list[int] = []
-        append_many = r._spool.append_many
-        r._spool.append_many = lambda items: (self.appends.append(len(items)),
-                                              append_many(items))[1]
+        self.polls: list[float] = []
+        spool = s.tracker.spool
+        append_many, poll = spool.append_many, s.producer.poll
+        spool.append_many = lambda items: (self.appends.append(len(items)),
+                                           append_many(items))[1]
+        s.producer.poll = lambda timeout=0.0: (self.polls.append(timeout), poll(timeout))[1]
 
-    def submit(self) -> None:
+    def submit(self, n: int = 1) -> None:
         """What ``Recorder.submit`` queues, without starting a sender thread."""
         from evidence_client.capture import Exchange
         from evidence_client.recorder import Durable
         from evidence_contract import content_key, now_micros
 
-        t = now_micros()
-        ex = Exchange(stream="acme:unit", request_policy="VALUE", content_key=content_key(b"{}"),
-                      request_bytes=b"{}", url="https://api.openai.com/v1/chat/completions",
-                      host="api.openai.com", path="/v1/chat/completions", started_at=t - 1,
-                      finished_at=t, duration_us=1, status=200, content_type="application/json",
-                      chunks=[b'{"choices":[]}'], eof=True)
-        self.recorder._queue.put((ex, Durable(1.0, self.recorder.metrics)))
+        for _ in range(n):
+            t = now_micros()
+            ex = Exchange(stream="acme:unit", request_policy="VALUE",
+                          content_key=content_key(b"{}"), request_bytes=b"{}",
+                          url="https://api.openai.com/v1/chat/completions",
+                          host="api.openai.com", path="/v1/chat/completions", started_at=t - 1,
+                          finished_at=t, duration_us=1, status=200,
+                          content_type="application/json", chunks=[b'{"choices":[]}'], eof=True)
+            self.sender.queue.put((ex, Durable(1.0, self.recorder.metrics)))
 
     def submit_later(self, delay: float) -> Any:
         import threading
@@ -447,44 +454,65 @@ class _Sender:
         return t
 
 
-def test_right_after_an_append_a_batch_waits_for_more_to_share_its_fsync(tmp_path):
+def test_a_lone_capture_is_taken_at_once_even_right_after_an_append(tmp_path):
     s = _Sender(tmp_path, group_commit_ms=1000)
-    r = s.recorder
     s.submit()
-    assert r._take_new() == 1  # idle before: taken and fsync'd at once
-    s.submit()
-    later = s.submit_later(0.1)  # arrives well within the 1 s window
-    assert r._take_new() == 2  # one fsync for both
+    assert s.sender.take_new() == 1
+    s.submit()  # right after that append, and alone: written at once, no window
+    later = s.submit_later(0.3)  # well within the 1 s window
+    assert s.sender.take_new() == 1
     later.join()
-    assert s.appends == [1, 2]
+    assert s.sender.take_new() == 1
+    assert s.appends == [1, 1, 1]
+
+
+def test_a_batch_that_found_company_right_after_an_append_waits_for_more(tmp_path):
+    s = _Sender(tmp_path, group_commit_ms=1000)
+    s.submit()
+    assert s.sender.take_new() == 1  # idle before: taken and fsync'd at once
+    s.submit(2)
+    later = s.submit_later(0.1)  # arrives well within the 1 s window
+    assert s.sender.take_new() == 3  # one fsync for the three
+    later.join()
+    assert s.appends == [1, 3]
 
 
 def test_without_a_recent_append_or_with_group_commit_off_nothing_waits(tmp_path):
     for kwargs, recent in (({"group_commit_ms": 1000}, False), ({"group_commit_ms": 0}, True)):
         s = _Sender(tmp_path / str(recent), **kwargs)
-        r = s.recorder
-        r._last_append = time.monotonic() - (0 if recent else 5.0)
-        s.submit()
+        s.sender.last_append = time.monotonic() - (0 if recent else 5.0)
+        s.submit(2)
         later = s.submit_later(0.3)
-        assert r._take_new() == 1  # did not wait for the second
+        assert s.sender.take_new() == 2  # did not wait for the third
         later.join()
-        assert r._take_new() == 1
-        assert s.appends == [1, 1]
+        assert s.sender.take_new() == 1
+        assert s.appends == [2, 1]
 
 
 def test_an_idle_sender_waits_on_the_queue_and_a_submit_wakes_it(tmp_path):
     s = _Sender(tmp_path)
-    r = s.recorder
     import threading
 
     later = s.submit_later(0.1)
     # Nothing in flight: the step waits on the queue (here up to 60 s), not in the
     # producer's poll; the submit ends the wait, and the capture is durable and produced.
-    step = threading.Thread(target=r._step, args=(60.0,), daemon=True)
+    step = threading.Thread(target=s.sender.step, args=(60.0,), daemon=True)
     step.start()
     step.join(20)
     later.join()
     assert not step.is_alive() and s.appends == [1]
-    assert r._inflight == 1
-    r._step(0.0)  # the delivery report
-    assert r._inflight == 0 and r.metrics.snapshot()["delivered"] == 1
+    assert s.sender.tracker.inflight == 1
+    s.sender.step(0.0)  # the delivery report
+    assert s.sender.tracker.inflight == 0 and s.recorder.metrics.snapshot()["delivered"] == 1
+
+
+def test_with_a_delivery_outstanding_the_sender_never_waits_in_the_producers_poll(tmp_path):
+    s = _Sender(tmp_path, SilentProducer())
+    s.submit()
+    s.sender.step(60.0)
+    assert s.appends == [1] and s.sender.tracker.inflight == 1  # no report will come
+    for _ in range(3):
+        s.submit()
+        s.sender.step(60.0)  # waits on the queue, where the next capture is
+    assert s.appends == [1, 1, 1, 1] and s.sender.tracker.inflight == 4
+    assert s.polls and set(s.polls) == {0}, s.polls

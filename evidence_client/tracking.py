@@ -1,0 +1,214 @@
+"""Delivery tracking: this Recorder's captures from its spool to Kafka's acknowledgement.
+
+Write-ahead: every capture is appended to the Recorder's own spool, and fsync'd, before the
+call that made it returns, and only then produced. :class:`Tracker` mirrors the spool's
+unacknowledged entries in order; an entry is acknowledged in the spool once it and every entry
+before it are delivered (or dealt with for good). So a crash at any point loses no capture
+whose call returned: the spool holds it until Kafka has it, and whoever adopts the spool
+resends it (the writer absorbs the duplicates a resend may make).
+
+A direct delivery that fails with a retriable error makes the tracker *degraded*: new captures
+then wait on disk only (their bytes are dropped from memory), and the oldest waiting ones are
+re-sent as one probe batch at a time, paced by a :class:`Backoff`; when a probe gets through,
+everything waiting is sent. Used by the sender thread only (no locks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from .errors import ProducerError, SpoolError
+from .metrics import Metrics
+from .producer import RETRY
+from .spool import Spool
+
+__all__ = ["DONE", "INFLIGHT", "PENDING", "RESEND_BATCH", "TAKE_BATCH", "Backoff", "Tracked",
+           "Tracker"]
+
+log = logging.getLogger("evidence_client.recorder")  # the logger these lines always had
+
+PENDING, INFLIGHT, DONE = "pending", "inflight", "done"
+RESEND_BATCH = 500
+TAKE_BATCH = 1000
+_ACK_INTERVAL_S = 0.1
+_BACKOFF_MIN, _BACKOFF_MAX = 0.2, 5.0
+
+
+@dataclass(eq=False)
+class Tracked:
+    """A capture of this Recorder, from its spool entry to its delivery."""
+
+    event_id: str
+    key: bytes
+    value: bytes | None  # None while it waits on disk only
+    spooled: bool = True
+    state: str = PENDING
+    waited: bool = False  # not delivered at its first attempt: counted in metrics.spooled
+
+
+class Backoff:
+    """When the next resend may go (own probes and adopted spools share it): after each
+    failure twice as late, from 0.2 s up to 5 s; back to 0.2 s after a success."""
+
+    def __init__(self) -> None:
+        self.delay = _BACKOFF_MIN
+        self.next_at = 0.0  # monotonic
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_at
+
+    def waiting(self) -> bool:
+        return self.next_at > time.monotonic()
+
+    def failed(self) -> float:
+        """Push the next resend back; returns the delay it got."""
+        delay = self.delay
+        self.next_at = time.monotonic() + delay
+        self.delay = min(delay * 2, _BACKOFF_MAX)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = _BACKOFF_MIN
+
+
+class Tracker:
+    """The own spool and its mirror: the unacknowledged captures in spool order, those the
+    disk refused (``unspooled``: sent from memory only), and whether delivery is healthy."""
+
+    def __init__(self, spool: Spool, metrics: Metrics, backoff: Backoff) -> None:
+        self.spool = spool
+        self.entries: deque[Tracked] = deque()
+        self.unspooled: deque[Tracked] = deque()
+        self.inflight = 0
+        self.degraded = False
+        self.pending = 0  # entries not done, as of the last append or acknowledgement
+        self._sendable = 0  # entries in state PENDING: a step with none scans nothing
+        self._metrics = metrics
+        self._backoff = backoff
+        self._probe: set[int] = set()
+        self._last_ack = 0.0
+
+    def append(self, entries: list[Tracked]) -> bool:
+        """Make ``entries`` durable in the spool (one fsync) and track them; False when the
+        disk refused them (then they are sent from memory only)."""
+        try:
+            self.spool.append_many([(e.key, e.value) for e in entries])
+        except SpoolError:
+            self._metrics.add("unspooled", len(entries))
+            log.exception("spool write failed: %d captures are sent from memory only and are "
+                          "lost if this process dies first: %s", len(entries),
+                          ", ".join(e.event_id for e in entries))
+            for e in entries:
+                e.spooled = False
+                self.unspooled.append(e)
+            return False
+        for e in entries:
+            if self.degraded:
+                e.value = None  # re-read from the spool when resent: memory stays bounded
+                e.waited = True
+            self.entries.append(e)
+        self._sendable += len(entries)
+        if self.degraded:
+            self._metrics.add("spooled", len(entries))
+        self._count_pending()
+        return True
+
+    def to_send(self) -> list[Tracked]:
+        """The tracked captures to produce now, their values loaded: every pending one while
+        healthy; one probe batch, when the backoff allows, while degraded."""
+        if not self._sendable:
+            return []
+        if not self.degraded:
+            batch = list(itertools.islice((e for e in self.entries if e.state == PENDING),
+                                          TAKE_BATCH))
+        elif self.inflight == 0 and self._backoff.due():
+            batch = [e for e in self.entries if e.state == PENDING][:RESEND_BATCH]
+            self._probe = {id(e) for e in batch}
+        else:
+            return []
+        missing = [e for e in batch if e.value is None]
+        if missing:
+            self.reload(missing)
+        return batch
+
+    def reload(self, entries: list[Tracked]) -> None:
+        """Read the values of tracked entries back from the spool (they align in order)."""
+        want = {id(e) for e in entries}
+        last = max(i for i, e in enumerate(self.entries) if id(e) in want)
+        for e, item in zip(self.entries, self.spool.peek(last + 1, max_bytes=1 << 62)):
+            if id(e) in want:
+                e.value = item.value
+
+    def sent(self, e: Tracked) -> None:
+        if e.spooled:
+            self._sendable -= 1
+        e.state = INFLIGHT
+        self.inflight += 1
+
+    def finish(self, e: Tracked) -> None:
+        """``e`` is dealt with for good (kept aside, or replaced by a truncated copy)."""
+        if e.spooled and e.state == PENDING:
+            self._sendable -= 1
+        e.state = DONE
+
+    def delivered(self, e: Tracked, err: ProducerError | None) -> ProducerError | None:
+        """Record ``e``'s delivery report; returns ``err`` when Kafka will never take ``e``
+        as it is (the caller truncates it or keeps it aside), else None."""
+        self.inflight -= 1
+        probing = id(e) in self._probe
+        self._probe.discard(id(e))
+        if err is None:
+            e.state, e.value = DONE, None
+            self._metrics.add("resent" if e.waited else "delivered")
+            if probing and not self._probe:
+                self.degraded = False  # the probe got through
+                self._backoff.reset()
+            return None
+        if err.kind != RETRY:
+            return err
+        if not self.degraded or probing:
+            delay = self._backoff.failed()
+            log.warning("capture %s was not delivered (%s); it waits in the spool, retried "
+                        "in %.1f s", e.event_id, err, delay)
+            self._probe.clear()
+        self.degraded = True
+        if not e.spooled:
+            self._metrics.add("failed")
+            log.error("capture %s is lost: Kafka failed it and it is not on disk (%s)",
+                      e.event_id, err)
+            e.state = DONE
+            return None
+        e.state, e.value = PENDING, None
+        self._sendable += 1
+        if not e.waited:
+            e.waited = True
+            self._metrics.add("spooled")
+        return None
+
+    def ack(self, force: bool) -> None:
+        """Give up the spool's delivered prefix: at most every 100 ms (each ack is an
+        fsync'd HEAD update) unless ``force`` or a resend batch's worth is done."""
+        now = time.monotonic()
+        soon = not force and now - self._last_ack < _ACK_INTERVAL_S
+        # Counted up to a resend batch only while an ack is not due: a step stays cheap.
+        prefix = itertools.takewhile(lambda e: e.state == DONE, self.entries)
+        done = sum(1 for _ in (itertools.islice(prefix, RESEND_BATCH) if soon else prefix))
+        if not done or (soon and done < RESEND_BATCH):
+            return
+        self._last_ack = now
+        try:
+            self.spool.ack(done)
+        except SpoolError as e:
+            # The disk refuses (full?): the entries stay, delivered; acknowledged later.
+            log.warning("cannot record %d deliveries in the spool yet: %s", done, e)
+            return
+        for _ in range(done):
+            self.entries.popleft()
+        self._count_pending()
+
+    def _count_pending(self) -> None:
+        self.pending = sum(1 for e in self.entries if e.state != DONE)
