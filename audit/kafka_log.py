@@ -34,7 +34,8 @@ def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
                progress: Callable[[int, int], None] | None = None,
                start: Mapping[int, int] | None = None,
                ends: dict[int, int] | None = None,
-               ) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+               with_headers: bool = False,
+               ) -> Iterator[tuple]:
     """Yield ``(partition, offset, key, value)`` of every committed message, partition by
     partition interleaved in fetch order (offset order within a partition).
 
@@ -42,6 +43,7 @@ def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
     when the read starts; ``ends``, if given, is filled with those end offsets. Transaction
     markers and aborted messages take offsets but are never yielded; a partition is done at
     its end-of-partition event. ``progress(done, total)`` is called after every batch.
+    ``with_headers``: yield ``(partition, offset, key, value, headers)``.
     """
     start = dict(start or {})
     c = _consumer(bootstrap)
@@ -88,7 +90,10 @@ def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
                 reached[p] = o + 1
                 if o + 1 >= ends[p]:
                     pending.discard(p)
-                yield p, o, m.key(), m.value()
+                if with_headers:
+                    yield p, o, m.key(), m.value(), m.headers()
+                else:
+                    yield p, o, m.key(), m.value()
             if progress is not None:
                 progress(sum(reached[p] - firsts[p] for p in parts), total)
     except KafkaException as e:

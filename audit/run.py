@@ -85,6 +85,37 @@ class AuditReport:
 
 
 
+def read_deployment_tree(bootstrap: str, names: TopicNames, trees: TreeAudit
+                         ) -> Callable[[], None] | None:
+    """Read the tree topic from offset 0 into a :class:`~audit.logtree.DeploymentAudit` of
+    ``trees`` (before the log: its entries are claims about the streams); returns a
+    ``catch_up()`` that reads on from where it stopped (for a witness that is ahead of this
+    read), or None for a log made before the tree topic."""
+    from audit.errors import AuditError, AuditKafkaError
+    from audit.kafka_log import read_topic
+    from audit.logtree import DeploymentAudit
+
+    deploy = DeploymentAudit(trees)
+    ends: dict[int, int] = {}
+
+    def read(start: dict[int, int] | None) -> None:
+        more: dict[int, int] = {}
+        for _p, offset, _k, value, headers in read_topic(bootstrap, names.tree, start=start,
+                                                         ends=more, with_headers=True):
+            deploy.add_message(offset, value, headers)
+        ends.clear()
+        ends.update(more)
+
+    try:
+        read(None)
+    except AuditKafkaError:
+        raise
+    except AuditError:  # no such topic: a log made before the deployment tree
+        trees.deployment = None
+        return None
+    return lambda: read(dict(ends))
+
+
 def run_audit(bootstrap: str, names: TopicNames, database_url: str | None,
               views: str = "evidence", stream: str | None = None,
               progress: Callable[[int, int], None] | None = None,

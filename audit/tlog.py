@@ -94,6 +94,9 @@ class TreeAudit:
     checkpoints: dict[str, int] = field(default_factory=dict)   # stream -> notes checked
     witnessed: list[Witnessed] = field(default_factory=list)
     refusals_seen: int = 0
+    deployment: Any = None
+    """The deployment tree's audit (:class:`audit.logtree.DeploymentAudit`), when the tree
+    topic was read; it sets itself here."""
 
     def __post_init__(self) -> None:
         self._claims: list[_Claim] = []
@@ -132,6 +135,17 @@ class TreeAudit:
         cosigned = ", ".join(w.cosigners) or "no witness key given"
         self._want(_Claim(REWRITTEN_SINCE_WITNESSED, w.stream, w.checkpoint,
                           f"the checkpoint {w.source} holds (cosigned by {cosigned})"))
+
+    def add_entry_claim(self, stream: str, checkpoint: Checkpoint, where: str) -> _Claim | None:
+        """An entry of the deployment tree: a stream checkpoint the log key signed. Its root
+        must be the log's at its size (``checkpoint_mismatch``; ``rewritten_since_witnessed``
+        once a witness cosigned a deployment checkpoint that covers it: the caller changes
+        the returned claim's kind). None when the stream is filtered out."""
+        if self._skip(stream):
+            return None
+        claim = _Claim(CHECKPOINT_MISMATCH, stream, checkpoint, where)
+        self._want(claim)
+        return claim
 
     def add_refusal(self, source: str, refusal: dict[str, Any]) -> None:
         """A record of a witness's ``GET /refusals``: a finding when the log signed the note."""
@@ -188,6 +202,8 @@ class TreeAudit:
                     f"records give {root.hex()[:16]}…: the stream is not the one "
                     + ("the log signed" if c.kind == CHECKPOINT_MISMATCH else
                        "the witness saw: rewritten since")))
+        if self.deployment is not None:
+            self.findings += self.deployment.finish()
         return self.findings
 
     def summary(self) -> dict[str, Any]:
@@ -205,4 +221,5 @@ class TreeAudit:
                               for w in self.witnessed if w.stream == s],
             } for s in streams],
             "witness_refusals": self.refusals_seen,
+            "deployment": self.deployment.summary() if self.deployment is not None else None,
         }

@@ -12,6 +12,13 @@ it also rebuilds each stream's Merkle tree and checks every checkpoint on
 ``--checkpoint FILE``, their cosignatures verified with ``--witness-key`` (a verifier key or a
 file of them). See :mod:`audit.tlog` for the finding kinds.
 
+The deployment tree (``<prefix>.tree``, the one log witnesses follow) is read first: every
+signed deployment checkpoint must be its entries' tree, every entry (a stream checkpoint) the
+log's records at its size. Each ``--witness URL``, ours or any C2SP tlog-witness, is shown the
+newest deployment checkpoint with the consistency proof from the size it holds
+(:mod:`audit.witnesses`): its cosignature makes every entry a witnessed checkpoint, its
+refusal is a ``witness_refused`` finding.
+
 Exit codes: 0 clean, 1 could not run, 2 usage error, 3 found something.
 """
 
@@ -43,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-key", metavar="FILE",
                    help="the log's verifier key (default $EVIDENCE_LOG_VERIFIER_KEY_FILE)")
     p.add_argument("--witness", metavar="URL", action="append", default=[],
-                   help="a witness to ask what it cosigned and refused (repeatable)")
+                   help="a witness (any C2SP tlog-witness: its submission prefix) to show "
+                        "the log's deployment checkpoint, and ours to ask what it cosigned "
+                        "and refused (repeatable)")
     p.add_argument("--checkpoint", metavar="FILE", action="append", default=[],
                    help="a witnessed checkpoint note you kept (repeatable)")
     p.add_argument("--witness-key", metavar="KEY", action="append", default=[],
@@ -130,8 +139,11 @@ def run(args: argparse.Namespace) -> int:
             try:
                 for path in args.checkpoint:
                     load_checkpoint_file(trees, path, witness_keys)
+                from audit.run import read_deployment_tree
+
+                catch_up = read_deployment_tree(bootstrap, settings.names, trees)
                 for url in args.witness:
-                    load_witness(trees, url, witness_keys, args.stream)
+                    load_witness(trees, url, witness_keys, args.stream, catch_up=catch_up)
             except AuditError as e:
                 print(f"evidence audit: cannot run: {e}", file=sys.stderr)
                 return 1
@@ -208,6 +220,13 @@ def _print_summary(report) -> None:
         print(f"trees: {sum(s['checkpoints_checked'] for s in ts):,} signed checkpoints and "
               f"{sum(len(s['witnessed']) for s in ts):,} witnessed ones checked, "
               f"{report.trees['witness_refusals']:,} witness refusals of log-signed ones")
+        d = report.trees.get("deployment")
+        if d is not None:
+            seen = "; ".join(f"{w['source']} cosigned size {w['size']}"
+                             + (f" ({', '.join(w['cosigners'])})" if w["cosigners"] else "")
+                             for w in d["witnessed"]) or "no witness asked (--witness URL)"
+            print(f"deployment tree: {d['entries']:,} entries (stream checkpoints), newest "
+                  f"signed checkpoint of size {d['latest_signed_size']}; {seen}")
     else:
         print("trees: not checked (no log verifier key: pass --log-key)")
     if report.clean:
