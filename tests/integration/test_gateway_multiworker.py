@@ -85,7 +85,9 @@ APP = textwrap.dedent("""
         # Diagnostics only (private state, read without its lock): captures handed to the
         # Recorder and not yet in the spool or acknowledged by Kafka.
         try:
-            return recorder._queue.qsize() + recorder._inflight + len(recorder._held)
+            sender = recorder._sender
+            return (sender.queue.qsize() + sender.tracker.inflight
+                    + len(sender.tracker.unspooled))
         except AttributeError:
             return None
 

@@ -413,6 +413,28 @@ def test_group_commit_ms_is_checked(tmp_path):
     assert Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path).group_commit_ms == 2.0
 
 
+def test_the_settings_are_built_once_from_the_arguments_and_the_environment(tmp_path,
+                                                                           monkeypatch):
+    import dataclasses
+
+    monkeypatch.setenv("EVIDENCE_KAFKA_BOOTSTRAP", "kafka-a:9092")
+    monkeypatch.setenv("EVIDENCE_TOPIC_PREFIX", "acme")
+    monkeypatch.setenv("EVIDENCE_SPOOL_DIR", str(tmp_path / "env-spool"))
+    r = Recorder(stream="acme:unit", request_policy=type("P", (), {"value": "HASH_ONLY"})())
+    s = r.settings
+    assert (s.bootstrap_servers, s.topic, s.spool_dir, s.request_policy) == (
+        "kafka-a:9092", "acme.intake", tmp_path / "env-spool", "HASH_ONLY")
+    assert (r.stream, r.topic, r.spool_dir, r.max_pending) == (
+        "acme:unit", "acme.intake", tmp_path / "env-spool", 100_000)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.stream = "acme:other"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        r.no_such_setting  # noqa: B018
+    given = Recorder("kafka-b:9092", topic_prefix="mine", spool_dir=tmp_path / "given")
+    assert (given.bootstrap_servers, given.topic, given.spool_dir, given.stream) == (
+        "kafka-b:9092", "mine.intake", tmp_path / "given", None)
+
+
 class _Sender:
     """A Recorder's sender driven by the test (no sender thread), with the spool's appends
     (each one fsync) and the timeouts of the producer's polls recorded."""
