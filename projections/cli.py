@@ -12,6 +12,7 @@ import threading
 from server.logs import configure, event_logger
 
 from .config import ProjectorConfig
+from .errors import ProjectionError
 
 HELP = "project the log into PostgreSQL (the live generation) until stopped"
 
@@ -46,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # At use, not for a cycle: every `evidence` command imports this module for its
+    # arguments, and only this one needs Kafka's client and the metrics server.
     from .metrics import ProjectorMetrics
     from .service import Projector
 
@@ -60,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    from .errors import ProjectionError
-
     metrics = ProjectorMetrics()
     metrics.serve(cfg.metrics_port)
     try:

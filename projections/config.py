@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Mapping
 
+from evidence_contract.note import NoteError, parse_skey, parse_vkey
 from evidence_contract.tlog import DEFAULT_LOG_NAME
 from topics import TopicNames, TopicSettings
 
 from .errors import ProjectionError
+from .redact import load as load_policy
 
 __all__ = ["STALE_HEARTBEAT_S", "ProjectorConfig"]
 
@@ -116,10 +119,6 @@ class ProjectorConfig:
     def log_key(self):
         """The log's verifier key (``evidence_contract.note.VerifierKey``) or None; raises
         ``ProjectionError`` for a key file that cannot be read or names another log."""
-        from pathlib import Path
-
-        from evidence_contract.note import NoteError, parse_skey, parse_vkey
-
         for path, parse in ((self.log_verifier_key_file, parse_vkey),
                             (self.log_signing_key_file, lambda t: parse_skey(t).verifier)):
             if not path:
@@ -145,9 +144,7 @@ class ProjectorConfig:
 
     def redaction(self):
         """The redaction policy (loaded on each call: a rebuild re-reads it), or None."""
-        from .redact import load
-
-        return load(self.redaction_file) if self.redaction_file else None
+        return load_policy(self.redaction_file) if self.redaction_file else None
 
     def with_args(self, args: object) -> "ProjectorConfig":
         """Apply the CLI flags that were given (argparse leaves the others None)."""

@@ -23,6 +23,7 @@ stack's.
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 TABLES = ("records", "heads", "findings", "positions", "heartbeat", "tree_nodes", "trees",
@@ -199,8 +200,6 @@ def ensure_redaction(conn, gen: str) -> None:
 
 def record_redaction(conn, gen: str, policy) -> None:
     """Store ``policy`` (a ``projections.redact.Policy`` or None) as ``gen``'s, once."""
-    import json
-
     ensure_redaction(conn, gen)
     conn.execute(f'insert into "{gen}".redaction (policy, digest) values (%s::jsonb, %s) '
                  f"on conflict (singleton) do nothing",

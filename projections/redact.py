@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .columns import RECORD_COLUMNS, STREAM
+
 __all__ = ["MASKED", "STREAM_TYPES", "WHOLE_WHEN_STREAMED", "Policy", "RedactionError",
            "apply", "from_env", "is_stream", "load", "parse"]
 
@@ -200,8 +202,6 @@ def apply(row: tuple[Any, ...], policy: Policy | None) -> tuple[Any, ...]:
     streamed record, the :data:`WHOLE_WHEN_STREAMED` columns replaced by the mask."""
     if policy is None:
         return row
-    from .rows import RECORD_COLUMNS, STREAM
-
     if row[RECORD_COLUMNS.index("key_id")] is not None or not policy.covers(row[STREAM]):
         return row
     streamed = row[RECORD_COLUMNS.index("streamed")]

@@ -12,41 +12,16 @@ from typing import Any
 
 from evidence_contract import DecodeError, decode, valid_seed
 
-RECORD_COLUMNS = (
-    "log_partition", "log_offset", "stream", "seq", "event_id", "schema_version",
-    "occurred_at", "occurred_at_us", "captured_at", "content_key", "prev_digest",
-    "record_digest", "response_digest", "output_digest", "input_digest", "prompt_digest",
-    "outcome", "provider_name", "provider_endpoint", "provider_api_version", "model_id",
-    "response_model", "fingerprint", "params", "http_status", "response_content_type",
-    "seed", "temperature", "top_p", "deterministic", "request_policy", "streamed",
-    "closed_early", "truncated", "writer_id", "request_length", "response_length",
-    "request_bytes", "response_bytes", "error_bytes", "input_bytes", "prompt_bytes",
-    "key_id", "record_bytes",
+from .columns import (  # noqa: F401 - re-exported: the row's columns, by name
+    OCCURRED_AT,
+    PREV_DIGEST,
+    RECORD_COLUMNS,
+    RECORD_DIGEST,
+    RECORD_TYPES,
+    SEQ,
+    STREAM,
 )
-"""``record_bytes`` stays last: the audit compares a row's bytes with the log by ``row[-1]``.
-``key_id`` is the record's ``encryption.key_id`` as 16 bytes (None for a plain record): a
-record is *erased* when its key id is in ``erasures``."""
-
-# PostgreSQL types of RECORD_COLUMNS, for binary COPY (``copy.set_types``). The seed is
-# numeric: it is an integer of any size (decimal text in the record), often >= 2**63.
-RECORD_TYPES = (
-    "int4", "int8", "text", "int8", "uuid", "text",
-    "timestamptz", "int8", "timestamptz", "bytea", "bytea",
-    "bytea", "bytea", "bytea", "bytea", "bytea",
-    "text", "text", "text", "text", "text",
-    "text", "text", "text", "int4", "text",
-    "numeric", "float8", "float8", "bool", "text", "bool",
-    "bool", "bool", "text", "int8", "int8",
-    "bytea", "bytea", "bytea", "bytea", "bytea",
-    "bytea", "bytea",
-)
-assert len(RECORD_TYPES) == len(RECORD_COLUMNS)
-
-# Positions in a row of the values the fold needs.
-STREAM, SEQ, OCCURRED_AT, PREV_DIGEST, RECORD_DIGEST = (
-    RECORD_COLUMNS.index(c) for c in ("stream", "seq", "occurred_at", "prev_digest",
-                                      "record_digest"))
-
+from .redact import apply as redact
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -82,11 +57,7 @@ def record_row(value: bytes, partition: int, offset: int,
         body["response_bytes"], body["error_bytes"], body["input_bytes"], body["prompt_bytes"],
         key_id_bytes(body.get("encryption")), bytes(value),
     )
-    if redaction is None:
-        return row
-    from .redact import apply
-
-    return apply(row, redaction)
+    return row if redaction is None else redact(row, redaction)
 
 
 def key_id_bytes(encryption: dict[str, Any] | None) -> bytes | None:
