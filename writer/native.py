@@ -30,6 +30,7 @@ from typing import Any, Mapping
 from evidence_contract import EvidenceError, record_fingerprint_for, schema_name_for
 from evidence_contract.merkle import LEAF_LABEL
 from server.logs import event_logger
+from writer.capture import self_check
 
 __all__ = ["ENV", "MODULE", "NativeSealError", "Selection", "kernel", "select"]
 
@@ -67,8 +68,6 @@ def _refusal(mod: Any) -> str:
             return f"it seals {capture_fp.hex()} captures under another record fingerprint"
     if getattr(mod, "LEAF_LABEL", None) != LEAF_LABEL:
         return "its Merkle leaf label is not the contract's"
-    from writer.core import self_check  # at use: writer.core imports this module
-
     return self_check(mod)
 
 
