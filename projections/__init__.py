@@ -4,10 +4,16 @@
   findings (the chain step's, ``evidence_contract.chain``).
 - :mod:`projections.rows` — a log message to a ``records`` row (pure).
 - :mod:`projections.ddl` — generation schemas, the stable ``evidence`` views, the swap.
-- :mod:`projections.store` — PostgreSQL: batches by binary COPY, positions in the same
-  transaction (the only module importing psycopg, with ``ddl``).
-- :mod:`projections.service` — the projector loop (the only module importing confluent-kafka).
-- :mod:`projections.rebuild` — blue/green rebuild with checks, and ``--in-place``.
+- :mod:`projections.store` — PostgreSQL: ``Store``, the front over the role stores, one
+  connection (:mod:`projections.pg`, the only module importing psycopg) shared by
+  :mod:`~projections.generations`, :mod:`~projections.liveness`,
+  :mod:`~projections.records` (batches by binary COPY, positions in the same transaction),
+  :mod:`~projections.trees`, :mod:`~projections.sidefeeds` and :mod:`~projections.logstore`.
+- :mod:`projections.service` — the projector loop over its feeds; its Kafka consumer is
+  :mod:`projections.reader` (with :mod:`projections.heartbeat`, the only modules importing
+  confluent-kafka).
+- :mod:`projections.rebuild` — blue/green rebuild with checks, and ``--in-place``; what it
+  compares is :mod:`projections.compare`.
 - :mod:`projections.cli` (and :mod:`cli.projections`) — ``evidence projector`` and
   ``evidence projections rebuild|status``.
 - :mod:`projections.errors` — ``ProjectionError`` and below (see its docstring for the tree).

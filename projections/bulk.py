@@ -48,7 +48,8 @@ from typing import Any, Iterable, Mapping
 
 from .errors import PositionsMoved, ProjectionError
 from .fold import Folded, ProjectedHead, Record, decode_messages, fold
-from .store import Store, next_positions
+from .pg import next_positions
+from .store import Store
 from . import tlog
 
 __all__ = ["BulkLoad"]
@@ -96,7 +97,7 @@ class BulkLoad:
         decoded = [m for i in range(0, len(messages), DECODE_SLICE)
                    for m in decode_messages(messages[i:i + DECODE_SLICE], redaction)]
         folded = fold(self.heads, decoded)
-        folded = self.store._judge_event_ids(self.gen, folded, before_lookup=self.drain)
+        folded = self.store.records.judge_event_ids(self.gen, folded, before_lookup=self.drain)
         records = sorted((m for m in decoded if isinstance(m, Record)),
                          key=lambda m: (m.partition, m.offset))
         grown = tlog.grow(self.ranges, [m.row for m in records], [m.leaf for m in records])

@@ -1,7 +1,7 @@
 """The projector: consume ``<prefix>.log`` (read_committed) into the live generation.
 
-The only module of the projections that imports confluent-kafka. Positions live in
-PostgreSQL, never in Kafka's group offsets: nothing is ever committed to Kafka.
+Positions live in PostgreSQL, never in Kafka's group offsets: nothing is ever committed to
+Kafka (the consumer is :class:`projections.reader.LogReader`).
 
 Scale-out: the projector's log consumer joins a consumer group
 (``ProjectorConfig.consumer_group``, ``EVIDENCE_PROJECTOR_GROUP``; by default one per topic
@@ -22,8 +22,6 @@ whoever owns log partition 0 owns it too (:func:`tree_partitions`), so one proje
 projection folds it at a time. Rebuilds (:mod:`projections.rebuild`) still read every
 partition, alone.
 
-- :class:`LogReader` — the consumer: assign at positions (all of a topic's partitions, a
-  set another reader owns, or what the consumer group gives it), poll, watermarks, ends.
 - :class:`GenerationWriter` — drives one generation: poll, decode, ``Store.apply``; on
   ``PositionsMoved`` it re-seeks to the stored positions and drops the batch.
 - :class:`CheckpointWriter` — the same for ``<prefix>.checkpoints`` (a second reader, its
@@ -35,6 +33,9 @@ partition, alone.
 - :class:`TreeWriter` — the same for ``<prefix>.tree``: the deployment log's entries, its
   tree, its signed checkpoints and their cosignatures (:mod:`projections.logtree`,
   ``Store.apply_log``). Like the checkpoints topic, it may not exist (yet).
+- :class:`Feed` — one of those topics, its writer and which of its partitions go with the
+  log's; :data:`FEEDS` lists them in the order a session (and a rebuild,
+  :mod:`projections.rebuild`) steps them.
 - :class:`Projector` — the service loop (``evidence projector``): follows the live
   generation, re-seeking when a swap makes another generation live; beats its heartbeat
   (:meth:`Store.beat`: the log's end offsets from Kafka, every ``heartbeat_s``); stops after
@@ -51,35 +52,28 @@ Any other error ends it.
 from __future__ import annotations
 
 import time
-import uuid
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
-
-from server.kafka import kafka_errors, translate
 from server.logs import event_logger
 
 from .config import ProjectorConfig
+from .erasures import decode_receipt
 from .errors import GenerationChanged, LogError, PositionsMoved, ProjectionError, StoreError
 from .fold import decode_message
-from .heartbeat import EndOffsets, list_end_offsets
-from .erasures import decode_receipt
+from .heartbeat import EndOffsets
 from .logtree import decode_tree_message
-from .tlog import decode_checkpoint
 from .metrics import ProjectorMetrics
+from .reader import Batch, LogReader
 from .store import Store
+from .tlog import decode_checkpoint
 
-__all__ = ["Batch", "CheckpointWriter", "ErasureWriter", "GenerationWriter", "LogReader",
-           "Projector", "TreeWriter", "heals", "tree_partitions"]
+__all__ = ["FEEDS", "Batch", "CheckpointWriter", "ErasureWriter", "Feed", "GenerationWriter",
+           "LogReader", "Projector", "TreeWriter", "heals", "open_feeds", "tree_partitions"]
 
 # Reconnecting is cheap (one connection each), and readiness waits on it: a short ceiling.
 BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 10.0, 30.0
-# Errors a consumer reports in place of a message while librdkafka reconnects by itself.
-_PASSING = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
-                      KafkaError._TIMED_OUT})
 
 log = event_logger("evidence.projector")
 
@@ -87,231 +81,6 @@ log = event_logger("evidence.projector")
 def heals(e: BaseException) -> bool:
     """Whether the projector rides ``e`` out (new connections, re-seek) rather than exiting."""
     return isinstance(e, LogError) or (isinstance(e, StoreError) and e.transient)
-
-
-def _kafka_errors(what: str) -> AbstractContextManager[None]:
-    """confluent-kafka errors become ``LogError`` (code, name and flags kept), by
-    :mod:`server.kafka`."""
-    return kafka_errors(f"Kafka: {what}", LogError)
-
-
-@dataclass
-class Batch:
-    """One poll: messages as (partition, offset, value), and partition ends reached."""
-
-    messages: list[tuple[int, int, bytes | None]] = field(default_factory=list)
-    reached: dict[int, int] = field(default_factory=dict)
-    headers: list[list[tuple[str, bytes | None]] | None] = field(default_factory=list)
-    """Per message, its headers; only from a reader made with ``headers=True``."""
-
-
-class LogReader:
-    """A read_committed consumer of the log topic (or ``topic``), positioned by the caller.
-
-    ``required=False``: a topic that does not exist gives a reader of no partitions instead
-    of an error (the checkpoints topic of a stack made before it).
-
-    ``group``: subscribe in that consumer group instead of taking every partition; the
-    reader then owns what the group assigns it, and calls ``on_assigned(partitions)`` inside
-    the rebalance callback (where it must :meth:`seek`: nothing is committed to Kafka, so
-    without a seek there is no position). ``rebalances`` counts the callbacks, so a caller
-    can tell that a poll crossed one. :meth:`own` narrows a reader without a group to the
-    partitions another reader owns."""
-
-    def __init__(self, cfg: ProjectorConfig, purpose: str = "projector", *,
-                 topic: str | None = None, headers: bool = False,
-                 required: bool = True, group: str | None = None) -> None:
-        self.cfg = cfg
-        self.topic = topic or cfg.log_topic
-        self.purpose = purpose
-        self.headers = headers
-        self.required = required
-        self.group = group
-        self.on_assigned: Callable[[list[int]], None] | None = None
-        self.rebalances = 0
-        self._consumer: Consumer | None = None
-        self._admin: AdminClient | None = None  # end offsets: one ListOffsets a call
-        self._partitions: list[int] = []
-        self._all: list[int] = []
-        self._failure: BaseException | None = None
-
-    def start(self, wait_s: float = 60.0) -> "LogReader":
-        with _kafka_errors("create consumer"):
-            self._consumer = Consumer({
-                "bootstrap.servers": self.cfg.bootstrap,
-                # Never used to commit: positions are in PostgreSQL. Without a group, unique
-                # so that no group coordinator state is shared between readers; with one, it
-                # only splits the partitions between the projectors of one projection.
-                "group.id": self.group or f"evidence-{self.purpose}-{uuid.uuid4().hex[:12]}",
-                # A projector killed -9 gives its partitions up after this (no static
-                # membership: a restarted projector is a new member, and rejoins at once).
-                "session.timeout.ms": self.cfg.group_session_timeout_ms,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 100,
-            })
-        deadline = time.monotonic() + wait_s
-        while True:
-            with _kafka_errors("list topics"):
-                md = self._consumer.list_topics(self.topic, timeout=10)
-            t = md.topics.get(self.topic)
-            if t is not None and t.error is None and t.partitions:
-                self._all = sorted(t.partitions)
-                if self.group:
-                    with _kafka_errors("subscribe"):
-                        self._consumer.subscribe([self.topic], on_assign=self._assigned,
-                                                 on_revoke=self._revoked,
-                                                 on_lost=self._revoked)
-                else:
-                    self._partitions = list(self._all)
-                return self
-            if not self.required:
-                log("warning", "topic_absent", topic=self.topic,
-                    message="not projected in this session; the next one looks again")
-                return self
-            if time.monotonic() > deadline:
-                raise LogError(f"log topic {self.topic} does not exist")
-            log("info", "waiting_for_topic", topic=self.topic)
-            time.sleep(1.0)
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            try:
-                consumer.close()
-            except KafkaException as e:
-                log("warning", "consumer_close_failed", error=str(e))
-
-    def __enter__(self) -> "LogReader":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def partitions(self) -> list[int]:
-        return list(self._partitions)
-
-    def own(self, partitions: list[int]) -> None:
-        """Read only ``partitions`` (those of them the topic has) from the next :meth:`seek`."""
-        self._partitions = sorted(set(partitions) & set(self._all))
-
-    def _assigned(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
-        # Inside poll(): librdkafka's rebalance callback. An error here must not vanish: it is
-        # kept and raised by the poll that ran the callback.
-        self.rebalances += 1
-        self._partitions = sorted(tp.partition for tp in tps)
-        log("info", "partitions_assigned", topic=self.topic, group=self.group,
-            partitions=self._partitions)
-        try:
-            if self.on_assigned is not None:
-                self.on_assigned(self.partitions)
-            else:
-                self.seek({})
-        except BaseException as e:  # noqa: BLE001 - re-raised by poll()
-            self._failure = self._failure or e
-            self._partitions = []
-            consumer.assign([])
-
-    def _revoked(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
-        self.rebalances += 1
-        gone = {tp.partition for tp in tps}
-        self._partitions = [p for p in self._partitions if p not in gone]
-        log("info", "partitions_revoked", topic=self.topic, group=self.group,
-            partitions=sorted(gone))
-        try:
-            consumer.unassign()
-            if self.on_assigned is not None:
-                self.on_assigned(self.partitions)
-        except BaseException as e:  # noqa: BLE001 - re-raised by poll()
-            self._failure = self._failure or e
-
-    @property
-    def consumer(self) -> Consumer:
-        if self._consumer is None:
-            raise LogError("log reader is not started")
-        return self._consumer
-
-    def seek(self, positions: Mapping[int, int]) -> None:
-        """(Re)assign every partition (of ours) at ``positions``; messages fetched before
-        are dropped. A group member that owns nothing yet has nothing to position."""
-        if self.group and not self._partitions:
-            return
-        with _kafka_errors("assign"):
-            self.consumer.assign([TopicPartition(self.topic, p, positions.get(p, 0))
-                                  for p in self._partitions])
-
-    def poll(self, max_messages: int, timeout: float) -> Batch:
-        """Up to ``max_messages``, returned as soon as there are any; waits at most ``timeout``.
-
-        ``Consumer.consume(n, timeout)`` waits out the whole timeout unless ``n`` messages
-        arrive, which put up to ``timeout`` (0.5 s) between a record's commit and its row
-        whenever the log is not busy. Instead: take what is already fetched; if nothing is,
-        wait for the first message only, then take what came with it. Under load the
-        prefetch queue keeps batches large; when quiet, a record is written as it arrives.
-        """
-        batch = Batch()
-        consumer = self.consumer
-        with _kafka_errors("consume"):
-            msgs = consumer.consume(num_messages=max_messages, timeout=0)
-            if not msgs:
-                first = consumer.poll(timeout)
-                if first is not None:
-                    msgs = [first]
-                    if max_messages > 1:
-                        msgs += consumer.consume(num_messages=max_messages - 1, timeout=0)
-        if self._failure is not None:
-            failure, self._failure = self._failure, None
-            raise failure
-        for m in msgs:
-            err = m.error()
-            if err is None:
-                batch.messages.append((m.partition(), m.offset(), m.value()))
-                if self.headers:
-                    batch.headers.append(m.headers())
-            elif err.code() == KafkaError._PARTITION_EOF:
-                # Every offset below this one is consumed, control records included.
-                batch.reached[m.partition()] = max(m.offset(), batch.reached.get(m.partition(), 0))
-            elif err.fatal() or not (err.retriable() or err.code() in _PASSING):
-                raise translate(err, "Kafka: consume", LogError)
-            else:
-                log("warning", "consume_error", error=err.str(), code=err.name())
-        return batch
-
-    def watermarks(self) -> dict[int, int]:
-        """High watermarks (the last stable offset, read_committed) from the last fetches."""
-        out = {}
-        for p in self._partitions:
-            try:
-                lo, hi = self.consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), cached=True)
-            except KafkaException:
-                continue
-            if hi is not None and hi >= 0:
-                out[p] = hi
-        return out
-
-    def end_offsets(self, timeout: float = 10.0) -> dict[int, int]:
-        """The partitions' ends now, asked of the broker (read_committed: last stable offset);
-        the first partition that gets no answer within ``timeout`` raises ``LogError``."""
-        if not self._partitions:
-            return {}
-        with _kafka_errors("list end offsets"):
-            if self._admin is None:
-                self._admin = AdminClient({"bootstrap.servers": self.cfg.bootstrap})
-            try:
-                return list_end_offsets(self._admin, self.topic, self._partitions, timeout)
-            except RuntimeError as e:  # the answer did not come within the timeout
-                self._admin = None
-                raise LogError(f"Kafka: {e}") from None
-            except KafkaException:
-                # A client that failed can stay wedged on stale metadata after a broker
-                # stall (projections.heartbeat): the next ask makes a fresh one.
-                self._admin = None
-                raise
 
 
 def generation_policy(store: Any, generation: str) -> Any:
@@ -510,6 +279,45 @@ def tree_partitions(log_partitions: Iterable[int]) -> list[int]:
     return [0] if 0 in log_partitions else []
 
 
+@dataclass(frozen=True)
+class Feed:
+    """One topic the projections fold: its ``name``, its ``topic`` (from the config), the
+    ``writer`` that projects it, and the partitions of it that go with a projector's log
+    partitions (``owned``; None for the log itself, whose partitions the group gives)."""
+
+    name: str
+    topic: Callable[[ProjectorConfig], str]
+    writer: type[GenerationWriter]
+    owned: Callable[[list[int]], list[int]] | None = None
+
+    @property
+    def side(self) -> bool:
+        """A side topic: read with headers, and it may not exist (yet)."""
+        return self.owned is not None
+
+    def reader(self, cfg: ProjectorConfig, **kw: Any) -> LogReader:
+        return LogReader(cfg, topic=self.topic(cfg), headers=self.side,
+                         required=not self.side, **kw)
+
+
+FEEDS = (
+    Feed("records", lambda cfg: cfg.log_topic, GenerationWriter),
+    Feed("checkpoints", lambda cfg: cfg.checkpoint_topic, CheckpointWriter, list),
+    Feed("erasures", lambda cfg: cfg.erasure_topic, ErasureWriter, list),
+    Feed("tree", lambda cfg: cfg.tree_topic, TreeWriter, tree_partitions),
+)
+"""The log first: a stream's records before the checkpoints that cover them, so most
+checkpoints are checked as they come."""
+
+
+def open_feeds(stack: ExitStack, cfg: ProjectorConfig, **kw: Any) -> list[LogReader]:
+    """A started reader of each of :data:`FEEDS`, in order, closed with ``stack``; ``kw``
+    goes to the log's reader (``group``, ``purpose``), ``purpose`` to every one."""
+    purpose = {"purpose": kw["purpose"]} if "purpose" in kw else {}
+    return [stack.enter_context(feed.reader(cfg, **(purpose if feed.side else kw)))
+            for feed in FEEDS]
+
+
 class Projector:
     """The ``evidence projector`` service loop; see the module docstring."""
 
@@ -555,35 +363,29 @@ class Projector:
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def _session(self, should_stop: Callable[[], bool]) -> None:
-        """One pair of connections, from the stored positions until stopped or broken."""
+        """One set of connections (PostgreSQL, a reader a feed), from the stored positions
+        until stopped or broken."""
         cfg = self.cfg
         self.sessions += 1
-        with Store(cfg) as store, LogReader(cfg, group=cfg.consumer_group) as reader, LogReader(
-                cfg, topic=cfg.checkpoint_topic, headers=True, required=False) as cp_reader, \
-                LogReader(cfg, topic=cfg.erasure_topic, headers=True,
-                          required=False) as er_reader, LogReader(
-                cfg, topic=cfg.tree_topic, headers=True, required=False) as tree_reader:
+        with ExitStack() as stack:
+            store = stack.enter_context(Store(cfg))
+            readers = open_feeds(stack, cfg, group=cfg.consumer_group)
+            reader = readers[0]  # the log's: its group assignment decides the others'
             gen = store.live_generation(create=True)
-            cp_reader.own([])
-            er_reader.own([])
-            tree_reader.own([])
-            writer = self._writer(store, reader, gen)
-            cp_writer = self._cp_writer(store, cp_reader, gen)
-            er_writer = self._er_writer(store, er_reader, gen)
-            tree_writer = self._tree_writer(store, tree_reader, gen)
+            for side in readers[1:]:
+                side.own([])
+            writers = self._writers(store, readers, gen)
 
             def assigned(partitions: list[int]) -> None:
                 # Inside the log consumer's rebalance callback: take up (or give up) the
                 # same partitions of checkpoints and erasures, and the tree topic with log
                 # partition 0, each at its stored position.
-                writer.seek_to_stored()
-                for r, w, owned in ((cp_reader, cp_writer, partitions),
-                                    (er_reader, er_writer, partitions),
-                                    (tree_reader, tree_writer, tree_partitions(partitions))):
-                    r.own(owned)
+                writers[0].seek_to_stored()
+                for feed, side, w in zip(FEEDS[1:], readers[1:], writers[1:]):
+                    side.own(feed.owned(partitions))
                     w.seek_to_stored()
-                log("info", "owned", generation=writer.generation, partitions=partitions,
-                    group=cfg.consumer_group, positions=writer.expected)
+                log("info", "owned", generation=writers[0].generation, partitions=partitions,
+                    group=cfg.consumer_group, positions=writers[0].expected)
 
             reader.on_assigned = assigned
             log("info", "started", generation=gen, topic=reader.topic, group=cfg.consumer_group,
@@ -592,31 +394,37 @@ class Projector:
             beat_at = self._beat(store, reader, gen)
             while not should_stop():
                 try:
-                    writer.step(cfg.batch_max_messages, cfg.poll_timeout_s,
-                                    cfg.idle_update_s)
-                    # Checkpoints: what is already fetched, no wait (the records' poll waits).
-                    cp_writer.step(cfg.batch_max_messages, 0, cfg.idle_update_s)
-                    er_writer.step(cfg.batch_max_messages, 0, cfg.idle_update_s)
-                    tree_writer.step(cfg.batch_max_messages, 0, cfg.idle_update_s)
+                    # The log's poll waits; the side topics take what is already fetched.
+                    for w, timeout in zip(writers, [cfg.poll_timeout_s] + [0] * len(FEEDS)):
+                        w.step(cfg.batch_max_messages, timeout, cfg.idle_update_s)
                 except GenerationChanged as e:
                     # A swap: the batch was rolled back; continue in the new live generation
                     # from its own stored positions.
                     gen = e.generation or store.live_generation(create=True)
-                    log("info", "generation_changed", generation=gen, previous=writer.generation,
-                        partitions=reader.partitions)
-                    writer = self._writer(store, reader, gen)
-                    cp_writer = self._cp_writer(store, cp_reader, gen)
-                    er_writer = self._er_writer(store, er_reader, gen)
-                    tree_writer = self._tree_writer(store, tree_reader, gen)
+                    log("info", "generation_changed", generation=gen,
+                        previous=writers[0].generation, partitions=reader.partitions)
+                    writers = self._writers(store, readers, gen)
                     reported, beat_at = 0, self._beat(store, reader, gen)
                     continue
                 if time.monotonic() - beat_at >= cfg.heartbeat_s:
                     beat_at = self._beat(store, reader, gen)
-                if writer.records != reported and time.monotonic() - report_at >= 5.0:
-                    log("info", "progress", generation=gen, records=writer.records - reported,
-                        positions=writer.expected)
-                    reported, report_at = writer.records, time.monotonic()
-            log("info", "stopped", generation=gen, positions=writer.expected)
+                records = writers[0].records
+                if records != reported and time.monotonic() - report_at >= 5.0:
+                    log("info", "progress", generation=gen, records=records - reported,
+                        positions=writers[0].expected)
+                    reported, report_at = records, time.monotonic()
+            log("info", "stopped", generation=gen, positions=writers[0].expected)
+
+    def _writers(self, store: Store, readers: list[LogReader], gen: str
+                 ) -> list[GenerationWriter]:
+        """A writer of each feed into ``gen``, each at its stored positions (the log's
+        generation followed first: the tables and views it may lack)."""
+        store.follow(gen)
+        writers = [feed.writer(store, r, gen, follow_live=True, metrics=self.metrics)
+                   for feed, r in zip(FEEDS, readers)]
+        for w in writers:
+            w.seek_to_stored()
+        return writers
 
     def _beat(self, store: Store, reader: LogReader, gen: str) -> float:
         """Store the log's end offsets as Kafka gives them now; returns when it was tried.
@@ -649,24 +457,3 @@ class Projector:
         if store.beat(gen, reader.topic, ends):
             self.metrics.heartbeat.set(time.time())
         return at
-
-    def _writer(self, store: Store, reader: LogReader, gen: str) -> GenerationWriter:
-        store.follow(gen)
-        w = GenerationWriter(store, reader, gen, follow_live=True, metrics=self.metrics)
-        w.seek_to_stored()
-        return w
-
-    def _cp_writer(self, store: Store, reader: LogReader, gen: str) -> CheckpointWriter:
-        w = CheckpointWriter(store, reader, gen, follow_live=True, metrics=self.metrics)
-        w.seek_to_stored()
-        return w
-
-    def _er_writer(self, store: Store, reader: LogReader, gen: str) -> ErasureWriter:
-        w = ErasureWriter(store, reader, gen, follow_live=True, metrics=self.metrics)
-        w.seek_to_stored()
-        return w
-
-    def _tree_writer(self, store: Store, reader: LogReader, gen: str) -> TreeWriter:
-        w = TreeWriter(store, reader, gen, follow_live=True, metrics=self.metrics)
-        w.seek_to_stored()
-        return w

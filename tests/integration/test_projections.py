@@ -187,12 +187,12 @@ def test_the_store_connection_commits_without_waiting_for_the_flush(projection_c
 
 
 def test_tree_node_tuples_are_the_bytes_psycopg_writes(projection_config):
-    """Store._node_tuples builds tree_nodes' binary COPY data itself (a write_row a node was
+    """projections.trees.node_tuples builds tree_nodes' binary COPY data itself (a write_row a node was
     a third of a batch's tree work): the same table as psycopg's write_row makes, byte for
     byte on the way out."""
     import psycopg
 
-    from projections.store import _node_tuples
+    from projections.trees import node_tuples
 
     nodes = [("acme:chat", 0, 0, bytes(range(32))), ("ten-ä:ü", 3, 2**40, b"\xff" * 32),
              ("acme:chat", 1, 7, bytes(32))]
@@ -212,6 +212,6 @@ def test_tree_node_tuples_are_the_bytes_psycopg_writes(projection_config):
         conn.execute("truncate n")
         with conn.cursor() as cur:
             with cur.copy("copy n (stream, level, idx, hash) from stdin (format binary)") as c:
-                c.write(_node_tuples(nodes))
+                c.write(node_tuples(nodes))
         assert table(conn) == want
         assert [tuple(r) for r in conn.execute("select stream, level, idx, hash from n")] == nodes

@@ -36,7 +36,8 @@ from evidence_contract.merkle import record_leaf_hash
 from projections import fastrows
 from projections.fold import Record, Undecodable, decode_message, decode_messages, fold
 from projections.rows import RECORD_TYPES, record_row
-from projections.store import Store
+from projections.pg import Connection
+from projections.records import RecordStore
 from projections.tlog import row_leaf_hash
 from tests.fixtures.log import WRITER, make_body
 
@@ -364,11 +365,16 @@ class _Conn:
         c.stream += c.formatter.end()
 
 
+def _records(conn: Any) -> RecordStore:
+    db = Connection.__new__(Connection)
+    db._conn = conn
+    return RecordStore(db, None, {})
+
+
 def _stream(messages: list[Any]) -> bytes:
-    store = Store.__new__(Store)
-    store._conn = _Conn()
-    assert store._copy_records("g", iter(messages)) == messages
-    [c] = store._conn.copies
+    conn = _Conn()
+    assert _records(conn).copy_messages("g", iter(messages)) == messages
+    [c] = conn.copies
     return bytes(c.stream)
 
 
@@ -407,11 +413,10 @@ def _split(body: bytes) -> list[bytes]:
 def test_another_encoding_copies_every_row_with_write_row(compiled):
     values = _generated(3, seed=1)
     batch = [decode_message(0, i, v) for i, v in enumerate(values)]
-    store = Store.__new__(Store)
-    store._conn = _Conn()
-    store._conn.info.encoding = "latin-1"
-    store._copy_records("g", batch)
-    assert bytes(store._conn.copies[0].stream) == _psycopg_copy([m.row for m in batch])
+    conn = _Conn()
+    conn.info.encoding = "latin-1"
+    _records(conn).copy_messages("g", batch)
+    assert bytes(conn.copies[0].stream) == _psycopg_copy([m.row for m in batch])
 
 
 def test_the_leaf_hash_is_the_trees(native):
