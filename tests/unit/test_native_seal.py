@@ -230,7 +230,7 @@ def _truncated(**kw: Any) -> dict[str, Any]:
 
 
 def _rule_events() -> list[dict[str, Any]]:
-    """One capture per rule of ``writer.core._check_semantics``, valid and broken."""
+    """One capture per rule of ``writer.capture._check_semantics``, valid and broken."""
     failed = make_capture(S, outcome="FAILED", response_bytes=None, response_digest=None,
                           response_length=None, error_bytes=b"boom", http_status=500)
     hash_only = make_capture(S, request_bytes=None)
