@@ -51,6 +51,7 @@ SUBCOMMAND_MODULES = {
     "api": "api.cli",
     "replay": "cli.replay",
     "audit": "cli.audit",
+    "monitor": "cli.monitor",
     "export": "cli.export",
     "checkpoint": "cli.checkpoint",
     "prove": "cli.prove",
