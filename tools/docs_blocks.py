@@ -370,9 +370,9 @@ def run_python(text: str) -> list[str]:
 
 # -- one block, inline code, links -------------------------------------------------------------
 
-UNLABELLED_OK = frozenset({"witnessing.md"})
-"""Documents whose unlabelled blocks are taken as ``text``: docs/witnessing.md is maintained
-with the witnessing work, apart from this check's conventions."""
+UNLABELLED_OK: frozenset[str] = frozenset()
+"""Documents whose unlabelled blocks are taken as ``text`` (none: every block says its
+language)."""
 
 
 def check_block(block: Block) -> list[str]:
