@@ -92,7 +92,8 @@ def _keys(args: argparse.Namespace, env: dict[str, str]):
     for item in args.witness_key:
         texts = [item] if "+" in item and not os.path.exists(item) else read(item).splitlines()
         for t in (t.strip() for t in texts):
-            if t:
+            if t and not t.startswith("#"):  # a key a line; a witnesses file's URLs ignored
+                t = t.split()[0]
                 try:
                     witness_keys.append(parse_vkey(t))
                 except NoteError as e:
