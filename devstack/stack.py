@@ -97,6 +97,23 @@ def _kek(cfg: StackConfig) -> str:
     return str(path)
 
 
+POLICY_FILES = ("EVIDENCE_REDACTION_FILE", "EVIDENCE_RETENTION_FILE")
+"""The policies the services run with (the projector's redaction, the retention shredder's
+classes), written to ``.stack/env`` so a shell that sourced it sees the same ones."""
+
+
+def _policy_files(previous: dict[str, str]) -> dict[str, str]:
+    """Each of :data:`POLICY_FILES` as the services get it: this process's value when the
+    variable is set (empty: no policy), else the previous ``up``'s (services still running
+    from it keep that policy, and so does a restart), as an absolute path."""
+    out = {}
+    for var in POLICY_FILES:
+        value = os.environ[var] if var in os.environ else previous.get(var, "")
+        if value:
+            out[var] = os.path.abspath(value)
+    return out
+
+
 def _write_env(cfg: StackConfig) -> dict[str, str]:
     previous = read_env(cfg)
     log_name = os.environ.get("EVIDENCE_LOG_NAME") or previous.get("EVIDENCE_LOG_NAME") \
@@ -110,6 +127,9 @@ def _write_env(cfg: StackConfig) -> dict[str, str]:
         # Kept across `make up`s so a key handed out stays valid until `make down CLEAN=1`.
         "EVIDENCE_API_KEY": previous.get("EVIDENCE_API_KEY") or "dev-" + secrets.token_hex(16),
         "EVIDENCE_API_KEY_STREAMS": previous.get("EVIDENCE_API_KEY_STREAMS", "*"),
+        # A key with the admin role (POST /admin/erasures), kept the same way.
+        "EVIDENCE_API_ADMIN_KEYS": previous.get("EVIDENCE_API_ADMIN_KEYS")
+        or "dev-admin-" + secrets.token_hex(16),
         "EVIDENCE_TOPIC_PREFIX": "evidence",
         # The log's signing key (the writer signs checkpoints with it) and its verifier key.
         "EVIDENCE_LOG_NAME": log_name,
@@ -125,6 +145,7 @@ def _write_env(cfg: StackConfig) -> dict[str, str]:
         "EVIDENCE_WITNESS_KEY_FILE": witness_key,
         "EVIDENCE_WITNESS_STATE_DIR": str(cfg.stack / "witness"),
         "EVIDENCE_WITNESS_LISTEN": f"127.0.0.1:{cfg.witness_port}",
+        **_policy_files(previous),
     }
     cfg.stack.mkdir(parents=True, exist_ok=True)
     text = "# written by `make up`; `source .stack/env` to use the stack from a shell\n"
