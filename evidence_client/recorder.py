@@ -172,6 +172,12 @@ class Recorder:
             return getattr(self.settings, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SETTINGS:
+            raise AttributeError(f"{name} is a setting, fixed at construction: give it to "
+                                 f"Recorder(...)")
+        super().__setattr__(name, value)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> "Recorder":

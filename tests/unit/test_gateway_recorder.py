@@ -428,6 +428,8 @@ def test_the_settings_are_built_once_from_the_arguments_and_the_environment(tmp_
         "acme:unit", "acme.intake", tmp_path / "env-spool", 100_000)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.stream = "acme:other"  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="fixed at construction"):
+        r.close_timeout = 5.0
     with pytest.raises(AttributeError):
         r.no_such_setting  # noqa: B018
     given = Recorder("kafka-b:9092", topic_prefix="mine", spool_dir=tmp_path / "given")
