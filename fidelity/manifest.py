@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import rfc8785
 from jsonschema import Draft202012Validator
 
+from evidence_contract.files import schema_file
 from fidelity.errors import ManifestError
 
 KIND = "evidence.replay-runtime"
@@ -20,7 +20,7 @@ VERSION = 1
 
 @lru_cache(maxsize=1)
 def json_schema() -> dict[str, Any]:
-    return json.loads(resources.files("evidence_contract").joinpath("replay-runtime.schema.json").read_text())
+    return json.loads(schema_file("replay-runtime.schema.json").read_text("utf-8"))
 
 
 @lru_cache(maxsize=1)

@@ -96,9 +96,8 @@ class Variable:
 # -- where the modules are, and what they are imported as ------------------------------------
 
 def import_names(root: Path = ROOT) -> dict[Path, str]:
-    """Folders whose import name differs from their path (``schemas/`` is
-    ``evidence_contract``), from the ``package-dir`` of the distributions under
-    ``packaging/``."""
+    """The import names of the folders the distributions under ``packaging/`` are built
+    from (their ``package-dir``), for a folder whose import name differs from its path."""
     out: dict[Path, str] = {}
     for pyproject in sorted(root.glob("packaging/*/pyproject.toml")):
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))

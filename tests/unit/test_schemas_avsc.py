@@ -2,16 +2,16 @@
 
 import json
 import re
-from pathlib import Path
 
 import avro.schema
 import pytest
 
 import evidence_contract as schemas
 from evidence_contract import DIGEST_FIELDS, SCHEMA_NAMES, fingerprint, parsing_canonical_form
+from evidence_contract.files import schema_file
 from writer.reasons import Reason
 
-AVRO_DIR = Path(schemas.__file__).parent / "avro"
+AVRO_DIR = schema_file("avro")
 NAMESPACE = "evidence.v2"
 
 # Changing a schema changes these, and with them every message header: do it on purpose.

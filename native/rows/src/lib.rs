@@ -40,7 +40,7 @@ const PG_EPOCH_US: i64 = 946_684_800_000_000;
 const BIT_PER_PGDIGIT: f64 = 0.07525749891599529;
 const MAX_SEED_DIGITS: usize = 4300;
 
-// --- Avro binary, canonical only (schemas/_fastread.py) -----------------------------------
+// --- Avro binary, canonical only (evidence_contract/_fastread.py) -----------------------------------
 
 struct Avro<'a> {
     d: &'a [u8],

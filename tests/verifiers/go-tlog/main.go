@@ -34,7 +34,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 )
 
-// leafLabel is the first part of every evidence-store leaf input (schemas/merkle.py).
+// leafLabel is the first part of every evidence-store leaf input (evidence_contract/merkle.py).
 const leafLabel = "evidence-store/v2 record\n"
 
 // input is the file the Python test writes; []byte fields are standard base64.

@@ -1,6 +1,7 @@
 """Load, parse and fingerprint the ``avro/*.avsc`` files, once, at import.
 
-Internal: the public face is ``schemas.codec``.
+Internal: the public face is ``evidence_contract.codec``. The files are found by
+``evidence_contract.files`` (the repository's ``schemas/`` folder, or the wheel's copy).
 
 Each file is self-contained and parsed alone (record contract 2.1): EvidenceRecord carries
 CaptureEvent's full definition inline, and every named type is defined exactly once and never
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import copy
 import json
-from importlib import resources
 from typing import Any
 
 import fastavro
 from fastavro.schema import fingerprint as _fastavro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
+
+from .files import schema_file
 
 NAMESPACE = "evidence.v2"
 
@@ -30,7 +32,7 @@ _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "b
 
 
 def _read_json(name: str) -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("avro", f"{name}.avsc").read_text("utf-8")
+    text = schema_file("avro", f"{name}.avsc").read_text("utf-8")
     return json.loads(text)
 
 
@@ -116,7 +118,7 @@ for byte, and decodes as a dict without the fields added since."""
 
 
 def _load_history(current: dict[str, _Loaded]) -> list[_Loaded]:
-    folder = resources.files(__package__).joinpath("avro", "history")
+    folder = schema_file("avro", "history")
     out = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name) if folder.is_dir() else ():
         name, _, rest = entry.name.partition(".")

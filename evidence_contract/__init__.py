@@ -1,7 +1,9 @@
 """The evidence-store record contract: schemas, codec, digests and record model.
 
 Imported as ``evidence_contract`` (distribution ``evidence-store-contract``, built from the
-repository's ``schemas/`` folder by ``packaging/contract``).
+repository's ``evidence_contract/`` folder by ``packaging/contract``). The language-neutral
+files (``.avsc``, JSON Schema, test vectors) are in the repository's ``schemas/`` folder and
+ship inside the wheel; ``evidence_contract.files`` finds them in either place.
 
 Pure code; the only I/O is reading ``avro/*.avsc`` once at import.
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from . import codec, digests
+from .files import schema_file
 from .model import SCHEMA_VERSION, seal
 
-PATH = Path(__file__).with_name("vectors.json")
+PATH = schema_file("vectors.json")
 
 _T0 = 1_645_557_742_000_000  # 2022-02-22T19:22:22Z, the time in RFC 9562's UUIDv7 example
 
