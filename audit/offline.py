@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from evidence_contract import DecodeError, split_record
+from evidence_contract import DecodeError, iso_micros, split_record
 from evidence_contract.chain import Head
 from evidence_contract.merkle import ProofError, record_leaf_hash, verify_inclusion
 from evidence_contract.note import NoteError, VerifierKey, format_vkey, parse_vkey
@@ -164,6 +164,6 @@ def _check_receipt(v: Verification, note: bytes, log_key: VerifierKey,
         return
     v.summary.update(erased_at=req.erased_at, erasure_request_id=req.request_id)
     v.add(name, key_id is not None and key_id in req.key_ids,
-          f"request {req.request_id}, erased_at {req.erased_at}"
+          f"request {req.request_id}, erased at {iso_micros(req.erased_at)}"
           + ("" if key_id is not None and key_id in req.key_ids else
              f": it does not name the record's key {key_id}"))

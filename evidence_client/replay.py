@@ -66,7 +66,7 @@ import threading
 import time
 from typing import Any
 
-from evidence_contract import content_key
+from evidence_contract import content_key, iso_micros
 
 from .context import current_call, current_stream
 from .errors import ConfigError, EvidenceTampered, EvidenceUncovered, ReplayError
@@ -98,7 +98,7 @@ class ReplayErased(ReplayError, LookupError):
                  content_key: str | None = None) -> None:
         self.erased_at, self.request_id = erased_at, request_id
         self.subject, self.content_key = subject, content_key
-        when = f" at {erased_at} (µs since the epoch)" if erased_at is not None else ""
+        when = f" at {iso_micros(erased_at)}" if erased_at is not None else ""
         under = f" under request {request_id}" if request_id else ""
         whose = f" of subject {subject!r}" if subject else ""
         super().__init__(f"the recorded response for {method} {url} was erased{when}{under}"

@@ -28,7 +28,7 @@ Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
     GENESIS
 
 Record model:
-    new_event_id, now_micros, valid_event_id, valid_stream_id, STREAM_ID_RE,
+    new_event_id, now_micros, iso_micros, valid_event_id, valid_stream_id, STREAM_ID_RE,
     seed_text, valid_seed, SEED_RE, MAX_SEED_DIGITS, TRUNCATED_ERROR_BYTES,
     SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal
 
@@ -85,6 +85,7 @@ from .model import (
     STREAM_ID_RE,
     SUPPORTED_SCHEMA_VERSIONS,
     TRUNCATED_ERROR_BYTES,
+    iso_micros,
     new_event_id,
     now_micros,
     seal,
@@ -119,6 +120,7 @@ __all__ = [
     "encode_sealed",
     "fingerprint",
     "input_digest",
+    "iso_micros",
     "new_event_id",
     "now_micros",
     "output_digest",

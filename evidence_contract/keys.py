@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from typing import Iterator, Protocol, runtime_checkable
 
 from .errors import EvidenceError
+from .model import iso_micros
 
 __all__ = [
     "DAY",
@@ -186,8 +187,8 @@ class LegalHold(KeyStoreError):
     def __init__(self, hold: "Hold") -> None:
         self.hold = hold
         self.subject = hold.subject
-        super().__init__(f"subject {hold.subject!r} is under a legal hold since {hold.held_at} "
-                         f"(µs since the epoch; reason: {hold.reason}"
+        super().__init__(f"subject {hold.subject!r} is under a legal hold since "
+                         f"{iso_micros(hold.held_at)} (reason: {hold.reason}"
                          f"{f', request {hold.request_id}' if hold.request_id else ''}); "
                          f"release it first")
 
@@ -198,8 +199,9 @@ class KeyErased(KeyStoreError, LookupError):
     def __init__(self, key_id: str, subject: str, erased_at: int, request_id: str | None) -> None:
         self.key_id, self.subject = key_id, subject
         self.erased_at, self.request_id = erased_at, request_id
-        super().__init__(f"key {key_id} of subject {subject!r} was erased at {erased_at} "
-                         f"(µs since the epoch){f' under request {request_id}' if request_id else ''}")
+        super().__init__(f"key {key_id} of subject {subject!r} was erased at "
+                         f"{iso_micros(erased_at)}"
+                         f"{f' under request {request_id}' if request_id else ''}")
 
 
 @dataclass(frozen=True, slots=True)

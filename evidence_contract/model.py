@@ -10,6 +10,7 @@ import os
 import re
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .codec import body_bytes
@@ -23,6 +24,7 @@ __all__ = [
     "STREAM_ID_RE",
     "SUPPORTED_SCHEMA_VERSIONS",
     "TRUNCATED_ERROR_BYTES",
+    "iso_micros",
     "new_event_id",
     "now_micros",
     "seal",
@@ -118,6 +120,18 @@ def new_event_id() -> str:
 def now_micros() -> int:
     """Return the current UTC time in microseconds since the Unix epoch."""
     return time.time_ns() // 1000
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def iso_micros(micros: int) -> str:
+    """UTC ``micros`` since the Unix epoch as people read a time: ISO 8601 to the second,
+    ``2026-12-03T03:20:00Z``. Fields for machines keep the integer; messages use this."""
+    try:
+        return (_EPOCH + timedelta(microseconds=micros)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except OverflowError:  # past the year 9999: no calendar date to give
+        return f"{micros} µs since the epoch"
 
 
 def valid_stream_id(s: object) -> bool:

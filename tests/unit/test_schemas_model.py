@@ -151,3 +151,11 @@ def test_seal_rejects_invalid_body_and_head():
         seal(body, -1, GENESIS, 1, WRITER, 0, 0)
     with pytest.raises(ValueError):
         seal(body, 0, b"\x00" * 31, 1, WRITER, 0, 0)
+
+
+def test_iso_micros_gives_people_a_utc_time_to_the_second():
+    from evidence_contract import iso_micros
+
+    assert iso_micros(1_796_268_000_999_999) == "2026-12-03T03:20:00Z"
+    assert iso_micros(0) == "1970-01-01T00:00:00Z"
+    assert iso_micros((1 << 63) - 1) == f"{(1 << 63) - 1} µs since the epoch"
