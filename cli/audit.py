@@ -33,10 +33,13 @@ HELP = "verify the log's chains and digests, and the projection against the log"
 
 
 def _stack_env() -> dict[str, str]:
-    from devstack import StackConfig, read_env
-
-    return {**read_env(StackConfig.from_env()), **{k: v for k, v in os.environ.items()
-                                                    if k.startswith("EVIDENCE_")}}
+    try:
+        from devstack import StackConfig, read_env
+    except ImportError:  # an installed wheel, not a checkout: there is no local stack
+        stack = {}
+    else:
+        stack = read_env(StackConfig.from_env())
+    return {**stack, **{k: v for k, v in os.environ.items() if k.startswith("EVIDENCE_")}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

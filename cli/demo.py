@@ -121,7 +121,8 @@ def _run(args: argparse.Namespace) -> int:
         from testing.fake_provider import FakeProvider
     except ImportError as e:
         raise DemoError("the demo runs from a checkout of evidence-store: its fake provider "
-                        f"(testing/) is not part of the installed package ({e})") from e
+                        f"(testing/) is in no installed package ({e}); in a checkout, run "
+                        "`make up`, then `.venv/bin/evidence demo`") from e
 
     s = _settings(args)
     stream = args.stream

@@ -29,7 +29,12 @@ def _dev_args(p: argparse.ArgumentParser) -> None:
 
 
 def _dev_run(args: argparse.Namespace) -> int:
-    from devstack import down, status, up
+    try:
+        from devstack import down, status, up
+    except ImportError as e:  # devstack ships in no wheel: the local stack runs from a checkout
+        print("evidence dev: the local stack runs from a checkout of evidence-store (devstack/ "
+              f"is in no installed package: {e}); in a checkout, run `make up`", file=sys.stderr)
+        return EXIT_CANNOT_RUN
 
     if args.dev_command == "up":
         up(with_services=not args.no_services)

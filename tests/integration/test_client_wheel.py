@@ -34,6 +34,9 @@ pytestmark = pytest.mark.integration
 
 SERVER_PACKAGES = ("api", "schemas", "topics", "writer", "projections", "cli", "devstack",
                    "audit", "fidelity", "server", "testing", "chaos", "gateway")
+CHECKOUT_ONLY = ("devstack", "testing", "tests", "bench", "chaos", "examples", "native", "tools")
+"""Top-level folders that run from a checkout (`make up`, `make test`, `evidence demo`) and ship
+in no wheel."""
 SERVER_DISTRIBUTIONS = ("evidence-store", "fastapi", "starlette", "uvicorn", "psycopg",
                         "psycopg-binary", "psycopg-pool", "psycopg2", "psycopg2-binary",
                         "jsonschema")
@@ -205,3 +208,28 @@ def test_client_wheel_installs_alone_and_records_into_the_log(
     assert not spool.exists() or not any(spool.iterdir()), list(spool.rglob("*"))
     print(f"sealed once: stream={stream} seq=1 content_key={key.hex()} "
           f"event_id={rec['body']['event_id']}")
+
+
+def test_no_wheel_ships_the_local_stack_and_the_contract_ships_its_schema_files(tmp_path):
+    wheels = tmp_path / "wheels"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+          ".", "packaging/contract", "packaging/client"], 180, cwd=ROOT, env=_clean_env())
+    files = {w.name.split("-")[0]: zipfile.ZipFile(w).namelist() for w in wheels.glob("*.whl")}
+    assert sorted(files) == ["evidence_store", "evidence_store_client",
+                             "evidence_store_contract"], sorted(files)
+    for wheel, names in files.items():
+        top = {n.split("/")[0] for n in names}
+        print(f"{wheel}: {' '.join(sorted(top))}")
+        assert not top & set(CHECKOUT_ONLY), (wheel, sorted(top & set(CHECKOUT_ONLY)))
+        assert not [n for n in names if n.endswith(("pom.xml", ".properties"))], wheel
+    assert {n.split("/")[0] for n in files["evidence_store_contract"]
+            if ".dist-info/" not in n} == {"evidence_contract"}
+
+    # Every file of schemas/ (the .avsc of every contract version, the JSON Schema, the
+    # vectors) is in the contract's wheel, byte for byte, where evidence_contract.files finds it.
+    tracked = subprocess.run(["git", "ls-files", "schemas"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert any(t.startswith("schemas/avro/history/") for t in tracked), tracked
+    with zipfile.ZipFile(next(wheels.glob("evidence_store_contract-*.whl"))) as z:
+        for rel in tracked:
+            assert z.read(f"evidence_contract/{rel}") == (ROOT / rel).read_bytes(), rel
