@@ -2,6 +2,7 @@
 # plugins; unit tests use none of them and run without services.
 import os
 import random
+import re
 
 pytest_plugins = [
     "tests.fixtures.stack",
@@ -40,3 +41,22 @@ def pytest_configure(config):
         from devstack import ports
 
         ports.random = _WorkerShare(int(worker.removeprefix("gw")), int(count))
+
+
+# Parameters made at import time with fresh randomness (an event id, a generated key) would
+# name a test differently in each worker, and pytest-xdist refuses workers whose collections
+# differ: their random parts are left out of the test's id (pytest numbers any ids that then
+# repeat).
+_RANDOM_IN_IDS = [
+    (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "UUID"),
+    (re.compile(r"\+[0-9a-f]{8}\+[A-Za-z0-9+/]{20,}={0,2}"), "+KEY"),  # a note verifier key
+]
+
+
+def pytest_make_parametrize_id(config, val, argname):
+    if not isinstance(val, str):
+        return None
+    stable = val
+    for pattern, placeholder in _RANDOM_IN_IDS:
+        stable = pattern.sub(placeholder, stable)
+    return stable if stable != val else None
