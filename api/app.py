@@ -40,7 +40,6 @@ server (:mod:`api.serving`).
 
 from __future__ import annotations
 
-import logging
 from contextlib import asynccontextmanager
 from importlib import metadata
 from typing import Any, AsyncIterator
@@ -51,10 +50,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .config import Settings
+from .config import AUDITS_PER_KEY_VAR, Settings
 from .db import Database
 from .errors import ApiError
 from evidence_contract.topics import TopicNames
+from server.logs import event_logger
 
 from .evidence import LogReader
 from .kafka import CheckpointProducer
@@ -66,7 +66,7 @@ from .watch import HeadWatch
 
 __all__ = ["create_app", "app_from_env"]
 
-log = logging.getLogger("evidence.api")
+log = event_logger("evidence.api")
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large",
@@ -135,7 +135,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = ApiMetrics()
     # GET /streams/{s}/audit: a few at a time per key, so no key can take the whole pool.
     app.state.audit_limit = PerKeyLimit("audits", settings.max_audits_per_key,
-                                        "EVIDENCE_API_MAX_AUDITS_PER_KEY")
+                                        AUDITS_PER_KEY_VAR)
     # GET /streams/{s}?after_seq=&wait_ms=: one listening connection a process, when on.
     app.state.watch = (HeadWatch(settings.database_url, settings.views_schema)
                        if settings.max_wait_ms > 0 else None)
@@ -207,5 +207,5 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 
 
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error", exc_info=exc)
+    log("error", "unhandled_error", exc_info=exc)
     return error_response(500, "internal", "internal error; the API log has the details")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 HELP = "serve the REST API (replay verify, records, replay serving) with uvicorn"
 
@@ -16,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; the API serves evidence, "
                         "so widen this deliberately)")
-    p.add_argument("--port", type=int, default=int(os.environ.get("EVIDENCE_API_PORT") or 8000),
+    p.add_argument("--port", type=int, default=None,
                    help="port (default $EVIDENCE_API_PORT, else 8000)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
@@ -41,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from server.logs import configure
 
-    from .config import Settings
+    from .config import Settings, api_port
     from .errors import ApiConfigError
     from .serving import serve
 
@@ -57,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     # handler in every worker too). serve() adds the header, keep-alive and head-size
     # bounds of the settings; a server that never started (port taken, ...) exits 3, as
     # uvicorn.run does.
-    return serve(args.factory, settings, workers=workers, host=args.host, port=args.port,
+    return serve(args.factory, settings, workers=workers, host=args.host,
+                 port=api_port() if args.port is None else args.port,
                  log_level=args.log_level, access_log=args.access_log, server_header=False,
                  log_config=None, json_logs=True)

@@ -1,6 +1,7 @@
 """API settings, read from the environment once at start-up.
 
     EVIDENCE_DATABASE_URL        PostgreSQL the read model lives in (required)
+    EVIDENCE_API_PORT            the port ``evidence api`` listens on without --port (8000)
     EVIDENCE_PG_VIEWS_SCHEMA     schema of the stable views (default ``evidence``)
     EVIDENCE_API_KEY             the dev key ...
     EVIDENCE_API_KEY_STREAMS     ... and its comma-separated stream patterns ("*", "acme:*", ...)
@@ -66,12 +67,17 @@ from typing import Any, Mapping
 
 from evidence_contract.note import NoteError, VerifierKey, parse_skey, parse_vkey
 from evidence_contract.tlog import DEFAULT_LOG_NAME
+from server.settings import DEFAULT_TOPIC_PREFIX, DEFAULT_VIEWS_SCHEMA, Connection, SettingsError
 from server.witnesses import WatchedWitnesses
 
 from .auth import Keyring, key_weakness, parse_patterns
 from .errors import ApiConfigError
 
-__all__ = ["Settings", "default_workers", "load_keyring", "load_log_key", "load_witness_keys"]
+__all__ = ["AUDITS_PER_KEY_VAR", "Settings", "api_port", "default_workers", "load_keyring",
+           "load_log_key", "load_witness_keys"]
+
+AUDITS_PER_KEY_VAR = "EVIDENCE_API_MAX_AUDITS_PER_KEY"
+"""Named in the 429 that says a key has too many audits in progress (``api.limits``)."""
 
 MAX_DEFAULT_WORKERS = 8
 """The default worker count stops here, whatever the core count: each worker is a pool of
@@ -220,6 +226,11 @@ def _read_keys_file(path: Path) -> list[tuple[Any, ...]]:
     return entries
 
 
+def api_port(env: Mapping[str, str] | None = None) -> int:
+    """The port ``evidence api`` listens on without ``--port``."""
+    return _int(os.environ if env is None else env, "EVIDENCE_API_PORT", 8000, low=1)
+
+
 def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
     raw = env.get(name, "")
     if raw == "":
@@ -248,7 +259,7 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 class Settings:
     database_url: str
     keyring: Keyring = field(repr=False)
-    views_schema: str = "evidence"
+    views_schema: str = DEFAULT_VIEWS_SCHEMA
     max_lag: int = 10_000
     workers: int = 1
     pool_min: int = 2
@@ -272,7 +283,7 @@ class Settings:
     witnesses_file: str | None = None
     """``EVIDENCE_WITNESSES_FILE``, watched (``server.witnesses.WatchedWitnesses``)."""
     kafka_bootstrap: str | None = None
-    topic_prefix: str = "evidence"
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
     kafka_timeout: float = 10.0
     key_store_env: dict[str, str] = field(default_factory=dict, repr=False)
     """The environment ``server.keystore.from_env`` builds the key store from (on first use:
@@ -305,15 +316,19 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        url = env.get("EVIDENCE_DATABASE_URL", "")
-        if not url:
-            raise ApiConfigError("EVIDENCE_DATABASE_URL is not set; `make up` writes it to "
-                              ".stack/env (source that file)")
+        try:
+            # The API starts without Kafka (only the cosignature route needs it) and never
+            # without its database.
+            conn = Connection.from_env(env, optional=("bootstrap",), required=("database_url",),
+                                       hint="`make up` writes it to .stack/env (source that "
+                                            "file)")
+        except SettingsError as e:
+            raise ApiConfigError(str(e)) from e
         pool_min = _int(env, "EVIDENCE_API_POOL_MIN", 2, low=1)
         return cls(
-            database_url=url,
+            database_url=str(conn.database_url),
             keyring=load_keyring(env),
-            views_schema=env.get("EVIDENCE_PG_VIEWS_SCHEMA", "") or "evidence",
+            views_schema=conn.views_schema,
             max_lag=_int(env, "EVIDENCE_API_MAX_LAG", 10_000),
             # One per usable core: the workers share one metrics registry (api.metrics).
             workers=_int(env, "EVIDENCE_API_WORKERS", default_workers(), low=1),
@@ -329,13 +344,13 @@ class Settings:
             keep_alive_timeout=_float(env, "EVIDENCE_API_KEEP_ALIVE_TIMEOUT", 5.0),
             max_header_bytes=_int(env, "EVIDENCE_API_MAX_HEADER_BYTES", 16 << 10, low=1024),
             max_wait_ms=_int(env, "EVIDENCE_API_MAX_WAIT_MS", 5_000, low=0),
-            max_audits_per_key=_int(env, "EVIDENCE_API_MAX_AUDITS_PER_KEY", 2, low=1),
+            max_audits_per_key=_int(env, AUDITS_PER_KEY_VAR, 2, low=1),
             log_name=env.get("EVIDENCE_LOG_NAME", "") or DEFAULT_LOG_NAME,
             log_key=load_log_key(env),
             witness_keys=load_witness_keys(env),
             witnesses_file=env.get("EVIDENCE_WITNESSES_FILE", "") or None,
-            kafka_bootstrap=env.get("EVIDENCE_KAFKA_BOOTSTRAP", "") or None,
-            topic_prefix=env.get("EVIDENCE_TOPIC_PREFIX", "") or "evidence",
+            kafka_bootstrap=conn.bootstrap,
+            topic_prefix=conn.topic_prefix,
             key_store_env=({k: v for k, v in env.items() if k in _KEY_STORE_VARS}
                            if env.get("EVIDENCE_KEY_STORE") else {}),
         )

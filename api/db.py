@@ -30,7 +30,6 @@ check each would fail one request (503) before the pool replaced it.
 from __future__ import annotations
 
 import contextlib
-import logging
 import uuid
 from typing import Any, AsyncIterator, Iterator
 
@@ -38,13 +37,15 @@ import psycopg
 from psycopg.types.numeric import Int8
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from server.logs import event_logger
+
 from .auth import Scope
 from .errors import Unavailable
 
 __all__ = ["APPLICATION_NAME", "BYTES_COLUMNS", "Database", "ERASED_COLUMNS", "EVENT_COLUMNS",
            "META_COLUMNS", "VERIFY_COLUMNS", "check_connection", "translate"]
 
-log = logging.getLogger("evidence.api")
+log = event_logger("evidence.api")
 
 META_COLUMNS = (
     "stream", "seq", "event_id", "schema_version", "occurred_at", "occurred_at_us",
@@ -128,14 +129,14 @@ def translate(what: str) -> Iterator[None]:
     try:
         yield
     except PoolTimeout as e:
-        log.warning("%s: no database connection available: %s", what, e)
+        log("warning", "db_pool_timeout", what=what, error=str(e))
         raise Unavailable("the database is busy or unreachable; retry shortly") from e
     except psycopg.errors.UndefinedTable as e:
-        log.warning("%s: read model missing: %s", what, e)
+        log("warning", "read_model_missing", what=what, error=str(e))
         raise Unavailable("the read model is not built yet (no projection is live); "
                           "retry once the projector has run", retry_after=5) from e
     except psycopg.Error as e:
-        log.warning("%s: database error (SQLSTATE %s): %s", what, e.sqlstate, e)
+        log("warning", "db_error", what=what, sqlstate=e.sqlstate, error=str(e))
         raise Unavailable("the database could not answer; retry shortly") from e
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +37,13 @@ from evidence_contract.digests import record_digest as _record_digest
 from evidence_contract.digests import response_digest as _response_digest
 from evidence_contract.merkle import compose_leaf_input, leaf_hash
 
+from server.logs import event_logger
+
 from .errors import Unavailable
 
 __all__ = ["LogReader", "SERVE_COLUMNS", "Served", "check_row", "served"]
 
-log = logging.getLogger("evidence.api")
+log = event_logger("evidence.api")
 
 SERVE_COLUMNS = ("stream", "seq", "record_digest", "event_id", "response_content_type",
                  "response_bytes", "key_id", "erased_at_us", "erasure_request_id",
@@ -140,8 +141,8 @@ async def served(app: Any, row: tuple[Any, ...], content_key: bytes | None,
     where = f"record {r['stream']} #{r['seq']} (log partition {r['log_partition']} offset " \
             f"{r['log_offset']})"
     app.state.metrics.count_altered()
-    log.warning("the projection's copy of %s fails its check: %s; serving the log's",
-                where, problem)
+    log("warning", "projection_copy_altered", record=where, problem=problem,
+        served="the log's copy")
     await _record_finding(app, r, problem)
     try:
         record = await app.state.log_reader.read(r["log_partition"], r["log_offset"],
@@ -179,7 +180,7 @@ async def _record_finding(app: Any, r: dict[str, Any], problem: str) -> None:
                                        f"served the log's record instead",
                                        r["log_partition"], r["log_offset"])
     except Exception as e:  # noqa: BLE001 - reporting must not stop the log's answer
-        log.warning("could not record the finding for %s #%s: %s", r["stream"], r["seq"], e)
+        log("warning", "finding_not_recorded", stream=r["stream"], seq=r["seq"], error=str(e))
 
 
 class LogReader:

@@ -12,17 +12,18 @@ nowhere else. A message for stream S goes to S's partition of ``evidence.checkpo
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from typing import Sequence
 
 from evidence_contract.topics import TopicNames, partition_for
 
+from server.logs import event_logger
+
 from .errors import Unavailable
 
 __all__ = ["CheckpointProducer"]
 
-log = logging.getLogger("evidence.api")
+log = event_logger("evidence.api")
 
 
 class CheckpointProducer:
@@ -38,7 +39,7 @@ class CheckpointProducer:
         self._lock = threading.Lock()
 
     def _unavailable(self, what: str, e: object) -> Unavailable:
-        log.warning("Kafka: %s: %s", what, e)
+        log("warning", "kafka_unavailable", what=what, error=str(e))
         return Unavailable(f"Kafka did not take the message ({what}: {e}); retry shortly",
                            retry_after=5)
 

@@ -45,11 +45,13 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from server.logs import event_logger
+
 from .config import Settings
 
 __all__ = ["HeadTimeoutProtocol", "ServerConfig", "serve", "uvicorn_config"]
 
-log = logging.getLogger("evidence.api")
+log = event_logger("evidence.api")
 
 
 class ServerConfig(uvicorn.Config):
@@ -125,8 +127,7 @@ class HeadTimeoutProtocol(H11Protocol):
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
         # No answer is owed for a request that never arrived; just let the socket go.
-        self.logger.info("closing a connection whose request head did not arrive within "
-                         "%g s", self.header_timeout)
+        log("info", "request_head_timeout", header_timeout_s=self.header_timeout)
         self.transport.close()
 
 
@@ -162,8 +163,8 @@ def serve(target: str, settings: Settings, *, workers: int, **kwargs: Any) -> in
     or 3 when the server never started (port taken, a worker that cannot start)."""
     from uvicorn.supervisors import Multiprocess
 
-    log.info("api: %d worker(s), a pool of up to %d PostgreSQL connections each (%d in all)",
-             workers, settings.pool_max, workers * settings.pool_max)
+    log("info", "serving", workers=workers, pool_max=settings.pool_max,
+        connections=workers * settings.pool_max)
     if workers == 1:
         from importlib import import_module
 

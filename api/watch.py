@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from typing import AsyncIterator, Awaitable, Callable
 
 import psycopg
 from psycopg import sql
 
+from server.logs import event_logger
 from projections.notify import RECHECK_S, heads_channel, streams_of
 
 __all__ = ["HeadWatch", "MAX_WAITERS", "wait_past"]
 
-log = logging.getLogger("evidence.api")
+log = event_logger("evidence.api")
 
 MAX_WAITERS = 10_000
 """Requests of one API process that may wait at once; past it a request is answered at
@@ -117,10 +117,9 @@ class HeadWatch:
                 raise
             except (psycopg.Error, OSError) as e:
                 if self.listening:
-                    log.warning("head watch: lost the listening connection (%s); waiters "
-                                "re-read heads every %.1f s until it is back", e, RECHECK_S)
+                    log("warning", "head_watch_lost", error=str(e), recheck_s=RECHECK_S)
                 else:
-                    log.debug("head watch: cannot listen yet: %s", e)
+                    log("debug", "head_watch_not_listening", error=str(e))
             finally:
                 self.listening = False
             await asyncio.sleep(delay)

@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 
+from .settings import SettingsError, add_options, resolve
 from .tlog import CliError, add_common, api_client, fail, stack_env
 
 HELP = "print a stream's signed checkpoint (--issue: ask the writer for a new one first)"
@@ -26,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ask the writer to issue a checkpoint now, and wait for it")
     p.add_argument("--wait", type=float, default=30.0, metavar="S",
                    help="with --issue: seconds to wait for the new checkpoint (default 30)")
-    p.add_argument("--bootstrap", help="with --issue: Kafka bootstrap "
-                                       "(default $EVIDENCE_KAFKA_BOOTSTRAP, else .stack/env)")
+    add_options(p, "bootstrap", "topic_prefix",
+                note={"bootstrap": "with --issue", "topic_prefix": "with --issue"})
     add_common(p)
 
 
@@ -71,11 +72,13 @@ def run(args: argparse.Namespace) -> int:
         if args.issue:
             before = api.get(path)
             old = _size_of(before.content) if before.status_code == 200 else 0
-            bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP")
-            if not bootstrap:
-                raise CliError(1, "--issue needs Kafka: pass --bootstrap or run `make up`")
-            _request_checkpoint(bootstrap, env.get("EVIDENCE_TOPIC_PREFIX") or "evidence",
-                                args.stream, args.timeout)
+            try:
+                s = resolve(args, env)
+            except SettingsError as e:
+                raise CliError(2, str(e)) from e
+            if s.bootstrap is None:
+                raise CliError(1, f"--issue needs Kafka; {s.need('bootstrap')}")
+            _request_checkpoint(s.bootstrap, s.topic_prefix, args.stream, s.timeout)
             deadline = time.monotonic() + args.wait
             while True:
                 r = api.get(path)

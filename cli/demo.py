@@ -23,6 +23,8 @@ from typing import Any
 
 from evidence_contract.errors import EvidenceError
 
+from .settings import SettingsError, add_options, resolve, stack_env
+
 HELP = "record, verify and replay a few calls on the running stack (what to look at next)"
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -49,10 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "is unreachable or too slow (the message names its log)")
     p.add_argument("--stream", default=DEFAULT_STREAM,
                    help=f"stream to record into (default {DEFAULT_STREAM})")
-    p.add_argument("--api", metavar="URL", help="API base URL")
-    p.add_argument("--api-key", metavar="KEY", help="API key")
-    p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
-    p.add_argument("--topic-prefix", metavar="P", help="topic prefix (intake is <P>.intake)")
+    add_options(p, "api", "api_key", "bootstrap", "topic_prefix")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="seconds to wait for the records to be queryable (default 60)")
 
@@ -63,13 +62,11 @@ def _settings(args: argparse.Namespace) -> dict[str, str]:
     stack_cfg = StackConfig.from_env()
     stack = read_env(stack_cfg)
 
-    def pick(flag: str | None, var: str, default: str | None = None) -> str | None:
-        return flag or os.environ.get(var) or stack.get(var) or default
-
-    s = {"api": pick(args.api, "EVIDENCE_API_URL"),
-         "key": pick(args.api_key, "EVIDENCE_API_KEY"),
-         "bootstrap": pick(args.bootstrap, "EVIDENCE_KAFKA_BOOTSTRAP"),
-         "prefix": pick(args.topic_prefix, "EVIDENCE_TOPIC_PREFIX", "evidence"),
+    try:
+        r = resolve(args, stack_env(stack))
+    except SettingsError as e:
+        raise DemoError(str(e)) from e
+    s = {"api": r.api, "key": r.api_key, "bootstrap": r.bootstrap, "prefix": r.topic_prefix,
          # The key replays are verified against: the stack's, as `make up` wrote it.
          "log_key": _log_key(stack),
          "logs": str(stack_cfg.services_dir), "kafka_log": str(stack_cfg.kafka_log)}

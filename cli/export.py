@@ -19,6 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .settings import SettingsError, add_options, resolve, stack_env
+
 HELP = "export one record with the commands that re-verify it using standard tools"
 
 
@@ -26,8 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", required=True, help="stream id")
     p.add_argument("--seq", required=True, type=int, help="sequence number in the stream")
     p.add_argument("--out", required=True, type=Path, help="directory to write (created)")
-    p.add_argument("--bootstrap", help="Kafka bootstrap (default: $EVIDENCE_KAFKA_BOOTSTRAP)")
-    p.add_argument("--database-url", help="PostgreSQL URL (default: $EVIDENCE_DATABASE_URL)")
+    add_options(p, "bootstrap", "database_url", "views_schema", "topic_prefix")
     p.add_argument("--log-key", metavar="FILE", help="the log's verifier key (see evidence prove)")
     p.add_argument("--witness-key", metavar="KEY", action="append", default=[],
                    help="a witness's verifier key or a file of them (default "
@@ -77,13 +78,11 @@ def _proof(args: argparse.Namespace, env: dict[str, str], stream: str, seq: int)
 
 
 def run(args: argparse.Namespace) -> int:
-    from cli.audit import _stack_env
     from audit.errors import AuditError
     from audit.export import Erased, build_export
     from audit.kafka_log import fetch_message
     from audit.projection_db import erasure_of, locate
     from evidence_contract import split_record, valid_stream_id
-    from topics import TopicSettings
 
     if not valid_stream_id(args.stream) or args.seq < 1:
         print("evidence export: --stream must be a stream id and --seq a positive integer",
@@ -93,16 +92,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"evidence export: {args.out} exists and is not empty; choose a new directory",
               file=sys.stderr)
         return 2
-    env = _stack_env()
-    bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP")
-    db = args.database_url or env.get("EVIDENCE_DATABASE_URL")
-    if not bootstrap or not db:
-        print("evidence export: need Kafka and PostgreSQL: pass --bootstrap and --database-url "
-              "or run `make up`", file=sys.stderr)
-        return 1
-    names = TopicSettings.from_env(env).names
+    env = stack_env()
     try:
-        where = locate(db, args.stream, args.seq, env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"))
+        s = resolve(args, env)
+    except SettingsError as e:
+        print(f"evidence export: {e}", file=sys.stderr)
+        return 2
+    missing = s.need("bootstrap", "database_url")
+    if missing:
+        print(f"evidence export: need Kafka and PostgreSQL: {missing}", file=sys.stderr)
+        return 1
+    bootstrap, db, names = str(s.bootstrap), str(s.database_url), s.connection.names
+    try:
+        where = locate(db, args.stream, args.seq, s.views_schema)
         if where is None:
             print(f"evidence export: no record {args.stream} #{args.seq}", file=sys.stderr)
             return 1
@@ -114,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
     erased = None
     if record["body"].get("encryption") is not None:
         try:
-            found = erasure_of(db, args.stream, args.seq,
-                               env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"))
+            found = erasure_of(db, args.stream, args.seq, s.views_schema)
         except AuditError as e:
             print(f"evidence export: cannot run: {e}", file=sys.stderr)
             return 1

@@ -23,6 +23,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from .settings import SettingsError, add_options, resolve
+
 HELP = "re-check that the API serves the log byte for byte; measure live divergence"
 
 _NOT_PROJECTED_GRACE_S = 10.0
@@ -41,10 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time limit per live run (default 120)")
     p.add_argument("--report", metavar="FILE",
                    help="write the JSON report to FILE (- for standard output)")
-    p.add_argument("--api", help="API base URL (default: $EVIDENCE_API_URL)")
-    p.add_argument("--api-key", help="API key (default: $EVIDENCE_API_KEY); it must be "
-                                     "allowed to read the streams checked")
-    p.add_argument("--bootstrap", help="Kafka bootstrap (default: $EVIDENCE_KAFKA_BOOTSTRAP)")
+    add_options(p, "api", "api_key", "bootstrap", "topic_prefix",
+                note={"api_key": "one allowed to read the streams checked"})
 
 
 def _fail(msg: str, code: int) -> int:
@@ -62,18 +62,16 @@ def run(args: argparse.Namespace) -> int:
     if args.live_timeout <= 0:
         return _fail("--live-timeout must be positive", 2)
 
-    from cli.audit import _stack_env
-
-    env = _stack_env()
-    bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP")
-    api = args.api or env.get("EVIDENCE_API_URL")
-    key = args.api_key or env.get("EVIDENCE_API_KEY")
-    if not bootstrap or not api or not key:
-        return _fail("need Kafka, the API and an API key: pass --bootstrap, --api and "
-                     "--api-key (or set EVIDENCE_KAFKA_BOOTSTRAP, EVIDENCE_API_URL, "
-                     "EVIDENCE_API_KEY; `make up` writes them to .stack/env)", 1)
     try:
-        report = _harness(args, env, bootstrap, api, key)
+        s = resolve(args)
+    except SettingsError as e:
+        return _fail(str(e), 2)
+    missing = s.need("bootstrap", "api", "api_key")
+    if missing:
+        return _fail(f"need Kafka, the API and an API key: {missing}", 1)
+    try:
+        report = _harness(args, s.connection.names, str(s.bootstrap), str(s.api),
+                          str(s.api_key))
     except _CannotRun as e:
         return _fail(f"cannot run: {e}", 1)
 
@@ -95,14 +93,12 @@ class _CannotRun(Exception):
     pass
 
 
-def _read_sample(args, env, bootstrap):
+def _read_sample(args, names, bootstrap):
     from audit.errors import AuditError
     from audit.harness import Sampler
     from audit.kafka_log import read_topic
     from evidence_contract import DecodeError, split_record
-    from topics import TopicSettings
 
-    names = TopicSettings.from_env(env).names
     sampler = Sampler(None if args.all else args.sample, args.seed)
     undecodable = 0
     try:
@@ -119,13 +115,13 @@ def _read_sample(args, env, bootstrap):
     return sampler, undecodable
 
 
-def _harness(args, env, bootstrap, api, key) -> dict:
+def _harness(args, names, bootstrap, api, key) -> dict:
     import httpx
 
     from audit.harness import LiveTally, Served, check_reconstruction, replay_expected
 
     started = datetime.now(timezone.utc)
-    sampler, undecodable = _read_sample(args, env, bootstrap)
+    sampler, undecodable = _read_sample(args, names, bootstrap)
     sample = sorted(sampler.kept, key=lambda x: (x[2]["body"]["stream"], x[2]["seal"]["seq"]))
     failures = []
     live = LiveTally() if args.live_cmd else None

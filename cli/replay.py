@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import sys
 from typing import Any
+
+from .settings import SettingsError, add_options, resolve
 
 HELP = "verify a replayed output or response against its sealed record (exit 3 on mismatch)"
 
@@ -62,10 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="file holding the re-executed output text (UTF-8, verbatim)")
     val.add_argument("--response-file", metavar="F",
                      help="file holding the re-executed raw response body (bytes)")
-    p.add_argument("--api", metavar="URL",
-                   help="API base URL (default $EVIDENCE_API_URL, else .stack/env)")
-    p.add_argument("--api-key", metavar="KEY",
-                   help="API key (default $EVIDENCE_API_KEY, else .stack/env)")
+    add_options(p, "api", "api_key")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for the API (default 10)")
     p.add_argument("--json", action="store_true",
@@ -78,15 +76,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _fail(code: int, message: str) -> int:
     print(f"evidence replay: {message}", file=sys.stderr)
     return code
-
-
-def _defaults() -> dict[str, str]:
-    try:
-        from devstack import StackConfig, read_env
-
-        return read_env(StackConfig.from_env())
-    except Exception:  # noqa: BLE001 - no stack file is fine; flags and env still work
-        return {}
 
 
 def _usage_error(args: argparse.Namespace) -> str | None:
@@ -151,19 +140,14 @@ def run(args: argparse.Namespace) -> int:
     problem = _usage_error(args)
     if problem:
         return _fail(EXIT_USAGE, problem + "; see `evidence replay --help`")
-    stack = None
-    api = args.api or os.environ.get("EVIDENCE_API_URL")
-    key = args.api_key or os.environ.get("EVIDENCE_API_KEY")
-    if not api or not key:
-        stack = _defaults()
-        api = api or stack.get("EVIDENCE_API_URL")
-        key = key or stack.get("EVIDENCE_API_KEY")
-    if not api:
-        return _fail(EXIT_MISSING, "no API URL: pass --api URL, set EVIDENCE_API_URL, or run "
-                                   "`make up` (it writes .stack/env)")
-    if not key:
-        return _fail(EXIT_MISSING, "no API key: pass --api-key, set EVIDENCE_API_KEY, or run "
-                                   "`make up` (it writes .stack/env)")
+    try:
+        settings = resolve(args)
+    except SettingsError as e:
+        return _fail(EXIT_USAGE, str(e))
+    missing = settings.need("api", "api_key")
+    if missing:
+        return _fail(EXIT_MISSING, missing)
+    api, key = str(settings.api), str(settings.api_key)
     try:
         body = _request_body(args)
     except FileNotFoundError as e:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .settings import SettingsError, add_options, resolve, stack_env
+
 __all__ = ["ApiClient", "CliError", "EXIT_UNVERIFIED", "add_common", "add_trust", "api_client",
-           "log_key", "log_verifier", "verified_record"]
+           "log_key", "log_verifier", "stack_env", "verified_record"]
 
 EXIT_UNVERIFIED = 4
 """The exit status of a command whose evidence failed its check (tampered, rolled back,
@@ -35,23 +37,8 @@ class CliError(Exception):
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--api", metavar="URL",
-                   help="API base URL (default $EVIDENCE_API_URL, else .stack/env)")
-    p.add_argument("--api-key", metavar="KEY",
-                   help="API key (default $EVIDENCE_API_KEY, else .stack/env)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="seconds to wait for each API answer (default 10)")
-
-
-def stack_env() -> dict[str, str]:
-    """``.stack/env`` under the process's own ``EVIDENCE_*`` variables."""
-    try:
-        from devstack import StackConfig, read_env
-
-        stack = read_env(StackConfig.from_env())
-    except Exception:  # noqa: BLE001 - no stack file is fine; flags and env still work
-        stack = {}
-    return {**stack, **{k: v for k, v in os.environ.items() if k.startswith("EVIDENCE_")}}
+    """``--api``, ``--api-key`` and ``--timeout`` (:mod:`cli.settings`)."""
+    add_options(p, "api", "api_key", "timeout")
 
 
 @dataclass
@@ -85,13 +72,16 @@ class ApiClient:
 
 
 def api_client(args: argparse.Namespace, env: dict[str, str]) -> ApiClient:
-    url = args.api or env.get("EVIDENCE_API_URL")
-    key = args.api_key or env.get("EVIDENCE_API_KEY")
-    if not url:
-        raise CliError(1, "no API URL: pass --api URL, set EVIDENCE_API_URL, or run `make up`")
-    if not key:
-        raise CliError(1, "no API key: pass --api-key, set EVIDENCE_API_KEY, or run `make up`")
-    return ApiClient(url, key, args.timeout)
+    """The API the shared options name (:func:`cli.settings.resolve`); ``CliError`` when
+    the URL or the key is missing or a setting cannot work."""
+    try:
+        s = resolve(args, env)
+    except SettingsError as e:
+        raise CliError(2, str(e)) from e
+    missing = s.need("api", "api_key")
+    if missing:
+        raise CliError(1, missing)
+    return ApiClient(str(s.api), str(s.api_key), s.timeout)
 
 
 def log_key(path: str | None, env: dict[str, str], api: ApiClient | None):

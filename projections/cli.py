@@ -10,6 +10,7 @@ import signal
 import threading
 
 from server.logs import configure, event_logger
+from server.settings import add_connection_options
 
 from .config import ProjectorConfig
 from .errors import ProjectionError
@@ -21,17 +22,10 @@ log = event_logger("evidence.projector")
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``projector`` and ``projections``; each defaults to its env var."""
-    p.add_argument("--database-url", dest="database_url",
-                   help="PostgreSQL URL (env EVIDENCE_DATABASE_URL)")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (env EVIDENCE_KAFKA_BOOTSTRAP)")
-    p.add_argument("--topic-prefix", dest="topic_prefix",
-                   help="topic prefix; the log is <prefix>.log (env EVIDENCE_TOPIC_PREFIX)")
+    add_connection_options(p, "database_url", "bootstrap", "topic_prefix", "views_schema")
     p.add_argument("--meta-schema", dest="meta_schema",
                    help="schema of the generations and live tables "
                         "(env EVIDENCE_PG_META_SCHEMA, default evidence_meta)")
-    p.add_argument("--views-schema", dest="views_schema",
-                   help="schema of the stable views (env EVIDENCE_PG_VIEWS_SCHEMA, "
-                        "default evidence)")
     p.add_argument("--generation-prefix", dest="generation_prefix",
                    help="generation schema prefix (env EVIDENCE_PG_GENERATION_PREFIX, "
                         "default evidence_g)")
@@ -64,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     metrics = ProjectorMetrics()
-    metrics.serve(cfg.metrics_port)
+    metrics.serve(cfg.metrics_port, cfg.metrics_host)
     try:
         Projector(cfg, metrics).run(stop.is_set)
     except ProjectionError as e:

@@ -1,6 +1,8 @@
 """Settings of the projector and of rebuilds: a frozen dataclass from ``EVIDENCE_*`` and flags.
 
-Flags win over env vars, env vars over defaults. Every name the projections put in the
+The only module of the projections that reads their variables (the connection's through
+:class:`server.settings.Connection`). Flags win over env vars, env vars over defaults; a value
+that cannot work is a ``ProjectionError`` naming its variable. Every name the projections put in the
 database is configurable (meta schema, views schema, generation prefix) so tests and
 side-by-side stacks isolate themselves.
 
@@ -21,7 +23,9 @@ from typing import Mapping
 
 from evidence_contract.note import NoteError, parse_skey, parse_vkey
 from evidence_contract.tlog import DEFAULT_LOG_NAME
-from topics import TopicNames, TopicSettings
+from server.settings import (DEFAULT_BOOTSTRAP, DEFAULT_DATABASE_URL, DEFAULT_VIEWS_SCHEMA,
+                             Connection, SettingsError, read)
+from topics import TopicSettings
 
 from .errors import ProjectionError
 from .redact import load as load_policy
@@ -40,11 +44,11 @@ _NAME_RE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 class ProjectorConfig:
     """Everything the projector and a rebuild need; see the module docstring."""
 
-    database_url: str = "postgresql://evidence:evidence@127.0.0.1:5432/evidence"
-    bootstrap: str = "127.0.0.1:9092"
+    database_url: str = DEFAULT_DATABASE_URL
+    bootstrap: str = DEFAULT_BOOTSTRAP
     topics: TopicSettings = field(default_factory=TopicSettings)
     meta_schema: str = "evidence_meta"
-    views_schema: str = "evidence"
+    views_schema: str = DEFAULT_VIEWS_SCHEMA
     generation_prefix: str = "evidence_g"
     batch_max_messages: int = 5000
     poll_timeout_s: float = 0.5
@@ -55,6 +59,8 @@ class ProjectorConfig:
     heartbeat, which readiness reads: the API's bound on its age must be well above this)."""
     metrics_port: int = 9465
     """Prometheus /metrics port; 0 disables the endpoint."""
+    metrics_host: str = "127.0.0.1"
+    """The address the /metrics endpoint listens on."""
     application_name: str = "evidence-projector"
     """The connection's ``application_name`` in ``pg_stat_activity``: how an operator finds
     (or a test terminates) this projector's backends; several projectors on one database may
@@ -135,12 +141,17 @@ class ProjectorConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProjectorConfig":
+        """The settings the variables give (``os.environ`` when None); ``ProjectionError``
+        naming the variable whose value cannot work."""
         env = os.environ if environ is None else environ
-        overrides: dict[str, object] = {"topics": TopicSettings.from_env(dict(env))}
-        for name, (var, conv) in _ENV.items():
-            if env.get(var, "") != "":
-                overrides[name] = conv(env[var])
-        return replace(cls(), **overrides)
+        try:
+            conn = Connection.from_env(env)
+            topics = replace(TopicSettings.from_env(dict(env)), names=conn.names)
+            values = read(env, _ENV)
+        except (SettingsError, ValueError) as e:
+            raise ProjectionError(str(e)) from e
+        return replace(cls(database_url=str(conn.database_url), bootstrap=str(conn.bootstrap),
+                           views_schema=conn.views_schema, topics=topics), **values)
 
     def redaction(self):
         """The redaction policy (loaded on each call: a rebuild re-reads it), or None."""
@@ -148,12 +159,20 @@ class ProjectorConfig:
 
     def with_args(self, args: object) -> "ProjectorConfig":
         """Apply the CLI flags that were given (argparse leaves the others None)."""
+        try:
+            conn = self.connection().with_args(args)
+        except SettingsError as e:
+            raise ProjectionError(str(e)) from e
         cfg = replace(self, **{name: getattr(args, name) for name in _ENV
                                if getattr(args, name, None) is not None})
-        prefix = getattr(args, "topic_prefix", None)
-        if prefix:
-            cfg = replace(cfg, topics=replace(cfg.topics, names=TopicNames(prefix)))
-        return cfg.checked()
+        return replace(cfg, database_url=str(conn.database_url), bootstrap=str(conn.bootstrap),
+                       views_schema=conn.views_schema,
+                       topics=replace(cfg.topics, names=conn.names)).checked()
+
+    def connection(self) -> Connection:
+        """The connection settings of this configuration (:mod:`server.settings`)."""
+        return Connection(bootstrap=self.bootstrap, topic_prefix=self.topics.names.prefix,
+                          database_url=self.database_url, views_schema=self.views_schema)
 
     def checked(self) -> "ProjectorConfig":
         """Return self, or raise ``ProjectionError`` for names unsafe to put in SQL."""
@@ -173,30 +192,25 @@ class ProjectorConfig:
 
     def env(self) -> dict[str, str]:
         """The environment that makes a child process use this configuration."""
-        return {"EVIDENCE_DATABASE_URL": self.database_url,
-                "EVIDENCE_KAFKA_BOOTSTRAP": self.bootstrap,
-                "EVIDENCE_TOPIC_PREFIX": self.topics.names.prefix,
-                **{var: str(getattr(self, name)) for name, (var, _) in _ENV.items()
-                   if name not in ("database_url", "bootstrap")}}
+        return {**self.connection().env(),
+                **{var: str(getattr(self, name)) for name, (var, *_rest) in _ENV.items()}}
 
 
 _SYNCHRONOUS_COMMIT = ("off", "local", "remote_write", "on", "remote_apply")
 
 _ENV = {
     "synchronous_commit": ("EVIDENCE_PROJECTOR_SYNCHRONOUS_COMMIT", str),
-    "database_url": ("EVIDENCE_DATABASE_URL", str),
-    "bootstrap": ("EVIDENCE_KAFKA_BOOTSTRAP", str),
     "meta_schema": ("EVIDENCE_PG_META_SCHEMA", str),
-    "views_schema": ("EVIDENCE_PG_VIEWS_SCHEMA", str),
     "generation_prefix": ("EVIDENCE_PG_GENERATION_PREFIX", str),
-    "batch_max_messages": ("EVIDENCE_PROJECTOR_BATCH", int),
-    "heartbeat_s": ("EVIDENCE_PROJECTOR_HEARTBEAT_S", float),
+    "batch_max_messages": ("EVIDENCE_PROJECTOR_BATCH", int, 1),
+    "heartbeat_s": ("EVIDENCE_PROJECTOR_HEARTBEAT_S", float, 0.0),
     "application_name": ("EVIDENCE_PG_APPLICATION_NAME", str),
-    "metrics_port": ("EVIDENCE_PROJECTOR_METRICS_PORT", int),
+    "metrics_port": ("EVIDENCE_PROJECTOR_METRICS_PORT", int, 0),
+    "metrics_host": ("EVIDENCE_METRICS_HOST", str),
     "log_name": ("EVIDENCE_LOG_NAME", str),
     "log_verifier_key_file": ("EVIDENCE_LOG_VERIFIER_KEY_FILE", str),
     "log_signing_key_file": ("EVIDENCE_LOG_SIGNING_KEY_FILE", str),
     "redaction_file": ("EVIDENCE_REDACTION_FILE", str),
     "group_id": ("EVIDENCE_PROJECTOR_GROUP", str),
-    "group_session_timeout_ms": ("EVIDENCE_PROJECTOR_SESSION_TIMEOUT_MS", int),
+    "group_session_timeout_ms": ("EVIDENCE_PROJECTOR_SESSION_TIMEOUT_MS", int, 1),
 }

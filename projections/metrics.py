@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 __all__ = ["ProjectorMetrics"]
@@ -29,9 +27,8 @@ class ProjectorMetrics:
                                   "Sessions ended by a Kafka or PostgreSQL failure and begun "
                                   "again", registry=r)
 
-    def serve(self, port: int, addr: str | None = None) -> None:
-        """Serve /metrics on ``port`` (0: no endpoint), on ``addr``: by default
-        ``$EVIDENCE_METRICS_HOST`` or 127.0.0.1 — loopback unless exposing it is asked for."""
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Serve /metrics on ``port`` (0: no endpoint), on ``addr``: loopback unless exposing
+        it is asked for (the settings' ``metrics_host``, ``EVIDENCE_METRICS_HOST``)."""
         if port:
-            host = addr or os.environ.get("EVIDENCE_METRICS_HOST") or "127.0.0.1"
-            start_http_server(port, addr=host, registry=self.registry)
+            start_http_server(port, addr=addr, registry=self.registry)

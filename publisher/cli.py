@@ -9,18 +9,14 @@ from __future__ import annotations
 import argparse
 import signal
 
+from server.settings import add_connection_options
+
 HELP = "sign the deployment tree (one origin) and push its checkpoints to the witnesses"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     a = p.add_argument
-    a("--bootstrap", help="Kafka bootstrap servers [EVIDENCE_KAFKA_BOOTSTRAP]")
-    a("--topic-prefix", dest="topic_prefix",
-      help="topic prefix [EVIDENCE_TOPIC_PREFIX, default evidence]")
-    a("--database-url", dest="database_url",
-      help="the projection's database, for proof hashes [EVIDENCE_DATABASE_URL]")
-    a("--views-schema", dest="views_schema",
-      help="the projection's views schema [EVIDENCE_PG_VIEWS_SCHEMA, default evidence]")
+    add_connection_options(p, note={"database_url": "for proof hashes"})
     a("--interval", dest="interval_s", type=float,
       help="at most one checkpoint this often, in seconds "
            "[EVIDENCE_LOG_CHECKPOINT_INTERVAL_S, default 10]")

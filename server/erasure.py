@@ -11,6 +11,11 @@ the retention shredder): :func:`erase_subject`.
    it to ``<prefix>.erasures`` in its batch transaction (``writer.erasures``). The message
    never names the subject: the log learns which key ids were destroyed, not whose.
 
+A subject with no keys (none live, none erased under this request id) is not erased: nothing
+is destroyed and no receipt is asked for (:class:`NothingToErase`, which names the requests
+that erased its keys before, if any), unless the caller asks for a receipt anyway
+(``seal_if_none=True``: the writer then seals a receipt that names no key).
+
 Order and retries: destroying first means a failure to produce leaves the keys destroyed and
 no receipt yet. Calling again with the *same request id* is the remedy and is safe: the key
 ids are collected from the store's tombstones of that request (not only from what this call
@@ -20,13 +25,13 @@ once per partition (the key routes it to the same one).
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Any, Mapping
 
 from confluent_kafka import KafkaException, Producer
 
 from evidence_contract import now_micros
+from evidence_contract.errors import EvidenceError
 from evidence_contract.erasure import (
     CONTROL_ERASE,
     ErasureRequest,
@@ -37,8 +42,10 @@ from evidence_contract.keys import ERASED, KeyStore, valid_subject
 from evidence_contract.tlog import CONTROL_HEADER
 from evidence_contract.topics import TopicNames
 from server.kafka import KafkaClientError, translate_exception
+from server.settings import Connection
 
-__all__ = ["ErasureFailed", "erase_subject", "new_request_id", "producer_config"]
+__all__ = ["ErasureFailed", "NothingToErase", "erase_subject", "new_request_id",
+           "producer_config"]
 
 FLUSH_TIMEOUT_S = 30.0
 
@@ -48,6 +55,19 @@ class ErasureFailed(KafkaClientError):
     request id (module docstring)."""
 
 
+class NothingToErase(EvidenceError, LookupError):
+    """The subject has no keys to destroy (none live, none erased under this request id):
+    nothing was erased and no receipt asked for. ``erased_by``: the request ids that erased
+    its keys before, if any."""
+
+    def __init__(self, subject: str, request_id: str, erased_by: tuple[str, ...]) -> None:
+        self.subject, self.request_id, self.erased_by = subject, request_id, erased_by
+        before = (f"; its keys were erased before, under request {', '.join(erased_by)}"
+                  if erased_by else "")
+        super().__init__(f"subject {subject!r} has no keys to erase{before}: nothing was "
+                         f"erased and no receipt sealed")
+
+
 def new_request_id() -> str:
     return f"erase-{uuid.uuid4().hex}"
 
@@ -55,19 +75,21 @@ def new_request_id() -> str:
 def producer_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The control message producer's settings from ``EVIDENCE_KAFKA_BOOTSTRAP`` (the
     topic prefix is ``EVIDENCE_TOPIC_PREFIX``: pass ``TopicNames`` to :func:`erase_subject`)."""
-    env = os.environ if env is None else env
-    return {"bootstrap.servers": env.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")}
+    return {"bootstrap.servers": Connection.from_env(env).bootstrap}
 
 
 def erase_subject(store: KeyStore, producer_cfg: Mapping[str, Any], subject: str,
                   request_id: str | None = None, reason: str | None = None, *,
-                  topics: TopicNames | None = None) -> ErasureRequest:
+                  topics: TopicNames | None = None,
+                  seal_if_none: bool = False) -> ErasureRequest:
     """Destroy ``subject``'s keys and send the erasure request to the writer; returns the
     request (key ids, when, request id). ``producer_cfg`` is confluent-kafka's settings
     (at least ``bootstrap.servers``); ``topics`` the stack's names (default prefix
     ``evidence``). Raises ``ValueError`` for a bad subject, request id or reason,
-    ``KeyStoreError`` from the store, :class:`ErasureFailed` when the request could not be
-    delivered (the keys are destroyed by then: retry with the same request id)."""
+    ``KeyStoreError`` from the store (``LegalHold``: nothing destroyed),
+    :class:`NothingToErase` when the subject has no keys and not ``seal_if_none``,
+    :class:`ErasureFailed` when the request could not be delivered (the keys are destroyed by
+    then: retry with the same request id)."""
     if not valid_subject(subject):
         raise ValueError(f"subject {subject!r} is not a subject id")
     request_id = request_id or new_request_id()
@@ -76,9 +98,12 @@ def erase_subject(store: KeyStore, producer_cfg: Mapping[str, Any], subject: str
     ErasureRequest(request_id, (), 0, reason)  # checks the reason before anything is destroyed
     # 1. Destroy. The tombstones of this request (a retry's too) give the key ids and when.
     destroyed = store.destroy(subject, request_id)
-    mine = [s for s in store.subjects()
-            if s.subject == subject and s.state == ERASED and s.request_id == request_id]
-    states = {s.key_id: s for s in [*mine, *destroyed]}
+    erased = [s for s in store.subjects() if s.subject == subject and s.state == ERASED]
+    states = {s.key_id: s for s in [*(s for s in erased if s.request_id == request_id),
+                                    *destroyed]}
+    if not states and not seal_if_none:
+        raise NothingToErase(subject, request_id, tuple(sorted(
+            {s.request_id for s in erased if s.request_id})))
     erased_at = max((s.erased_at or 0 for s in states.values()), default=0) or now_micros()
     req = ErasureRequest(request_id, tuple(sorted(states)), erased_at, reason)
     # 2. The control message, idempotent and flushed before we answer.

@@ -10,6 +10,10 @@ here and nowhere else. It is plain :mod:`logging` underneath:
 - :func:`event_logger` gives a module a ``log(level, event, **fields)`` callable backed by
   ``logging.getLogger(name)``; a library that is not run by a configured main stays silent
   below WARNING, as any library using :mod:`logging` does.
+
+This is the one way the services log (the writer, the projector, the publisher, the API, the
+witness, the shredder): an ``event`` is a stable snake_case name that tests and operators
+match, and what varies goes in ``fields``, never into the event's text.
 """
 
 from __future__ import annotations
@@ -60,12 +64,13 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
 
 
 def event_logger(name: str) -> EventLog:
-    """``log(level, event, **fields)`` writing to ``logging.getLogger(name)``."""
+    """``log(level, event, **fields)`` writing to ``logging.getLogger(name)``; an
+    ``exc_info=`` exception (or True, in an ``except``) becomes the line's ``exc_info``."""
     logger = logging.getLogger(name)
 
-    def log(level: str, event: str, /, **fields: Any) -> None:
+    def log(level: str, event: str, /, *, exc_info: Any = None, **fields: Any) -> None:
         number = _LEVELS[level]
         if logger.isEnabledFor(number):
-            logger.log(number, event, extra={_FIELDS: fields})
+            logger.log(number, event, exc_info=exc_info, extra={_FIELDS: fields})
 
     return log

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import signal
 
+from server.settings import add_connection_options
+
 HELP = "run the single writer: seal intake captures into the hash-chained log"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     a = p.add_argument
-    a("--bootstrap", help="Kafka bootstrap servers [EVIDENCE_KAFKA_BOOTSTRAP]")
-    a("--topic-prefix", help="topic prefix [EVIDENCE_TOPIC_PREFIX, default evidence]")
+    add_connection_options(p, "bootstrap", "topic_prefix")
     a("--transactional-id", dest="transactional_id",
       help="Kafka transactional.id, one per deployment [EVIDENCE_WRITER_TRANSACTIONAL_ID, default evidence-writer]")
     a("--group-id", dest="group_id", help="consumer group [EVIDENCE_WRITER_GROUP_ID, default evidence-writer]")

@@ -1,6 +1,8 @@
 """The writer's settings: a frozen dataclass built from ``EVIDENCE_*`` env vars and CLI flags.
 
-Flags win over env vars, env vars over defaults. Why the batching defaults are what they are:
+The only module of the writer that reads its variables (the connection's through
+:class:`server.settings.Connection`). Flags win over env vars, env vars over defaults; a value
+that cannot work is a ``SettingsError`` naming its variable. Why the batching defaults are what they are:
 
 - A Kafka transaction costs a fixed few milliseconds to commit (AddPartitions, EndTxn, the
   markers), whatever it holds, so sealing one capture per transaction would cap throughput
@@ -25,6 +27,7 @@ import socket
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from server.settings import DEFAULT_BOOTSTRAP, Connection, SettingsError, read
 from topics import TopicSettings
 
 __all__ = ["DEFAULT_GROUP_ID", "DEFAULT_TRANSACTIONAL_ID", "WriterConfig"]
@@ -38,7 +41,7 @@ DAY_S = 24 * 3600
 class WriterConfig:
     """Everything the writer needs to know; see the module docstring for the defaults."""
 
-    bootstrap: str = "127.0.0.1:9092"
+    bootstrap: str = DEFAULT_BOOTSTRAP
     topics: TopicSettings = field(default_factory=TopicSettings)
     transactional_id: str = DEFAULT_TRANSACTIONAL_ID
     """One per writer deployment: a second writer with the same id fences the first."""
@@ -57,6 +60,8 @@ class WriterConfig:
     session_timeout_ms: int = 10_000
     metrics_port: int = 9464
     """Prometheus /metrics port; 0 disables the endpoint."""
+    metrics_host: str = "127.0.0.1"
+    """The address the /metrics endpoint listens on."""
     log_signing_key_file: str | None = None
     """The log's Ed25519 signer key (C2SP note signer key text, a file only its owner may
     read); without it the writer signs no checkpoints."""
@@ -71,45 +76,51 @@ class WriterConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "WriterConfig":
+        """The settings the variables give (``os.environ`` when None); ``SettingsError``
+        (a ``ValueError``) naming the variable whose value cannot work."""
         env = os.environ if environ is None else environ
-        base = cls(topics=TopicSettings.from_env(dict(env)))
-        overrides: dict[str, object] = {}
-        for name, (var, conv) in _ENV.items():
-            if env.get(var, "") != "":
-                overrides[name] = conv(env[var])
-        return replace(base, **overrides)
+        conn = Connection.from_env(env)
+        topics = replace(TopicSettings.from_env(dict(env)), names=conn.names)
+        cfg = replace(cls(bootstrap=str(conn.bootstrap), topics=topics), **read(env, _ENV))
+        cfg.check()
+        return cfg
 
     def with_args(self, args: object) -> "WriterConfig":
         """Apply CLI flags that were given (argparse leaves the others None)."""
         overrides = {name: getattr(args, name) for name in _ENV
                      if getattr(args, name, None) is not None}
-        cfg = replace(self, **overrides)
-        prefix = getattr(args, "topic_prefix", None)
-        if prefix:
-            from topics import TopicNames
-
-            cfg = replace(cfg, topics=replace(cfg.topics, names=TopicNames(prefix)))
+        conn = Connection(bootstrap=self.bootstrap,
+                          topic_prefix=self.topics.names.prefix).with_args(args)
+        cfg = replace(self, bootstrap=str(conn.bootstrap),
+                      topics=replace(self.topics, names=conn.names), **overrides)
         cfg.check()
         return cfg
 
     def check(self) -> None:
-        """Raise ValueError for settings that cannot work."""
+        """Raise ``SettingsError`` (a ``ValueError``) naming the variable (and flag) of a
+        setting that cannot work."""
         if self.batch_max_messages < 1:
-            raise ValueError("batch_max_messages must be at least 1")
+            raise SettingsError("EVIDENCE_WRITER_BATCH_MAX_MESSAGES (--batch-max-messages) "
+                                "must be at least 1")
         if self.batch_linger_ms < 0:
-            raise ValueError("batch_linger_ms must be >= 0")
+            raise SettingsError("EVIDENCE_WRITER_BATCH_LINGER_MS (--batch-linger-ms) must be "
+                                ">= 0")
         if self.dedup_window_s < 1 or self.dedup_max_ids < 1:
-            raise ValueError("the dedup window must be positive in time and count")
+            raise SettingsError("the dedup window must be positive in time and count "
+                                "(EVIDENCE_WRITER_DEDUP_WINDOW_S, EVIDENCE_WRITER_DEDUP_MAX_IDS)")
         if not self.checkpoint_interval_s > 0:
-            raise ValueError("checkpoint_interval_s must be positive")
+            raise SettingsError("EVIDENCE_CHECKPOINT_INTERVAL_S must be positive")
         if not self.log_name:
-            raise ValueError("log_name must not be empty")
+            raise SettingsError("EVIDENCE_LOG_NAME must not be empty")
         if not self.transactional_id or not self.group_id:
-            raise ValueError("transactional_id and group_id must not be empty")
+            raise SettingsError("EVIDENCE_WRITER_TRANSACTIONAL_ID and EVIDENCE_WRITER_GROUP_ID "
+                                "must not be empty")
+        if not 0 <= self.metrics_port <= 65535:
+            raise SettingsError(f"EVIDENCE_WRITER_METRICS_PORT (--metrics-port) "
+                                f"{self.metrics_port} is not a port (0 disables it)")
 
 
 _ENV = {
-    "bootstrap": ("EVIDENCE_KAFKA_BOOTSTRAP", str),
     "transactional_id": ("EVIDENCE_WRITER_TRANSACTIONAL_ID", str),
     "group_id": ("EVIDENCE_WRITER_GROUP_ID", str),
     "group_instance_id": ("EVIDENCE_WRITER_GROUP_INSTANCE_ID", str),
@@ -121,6 +132,7 @@ _ENV = {
     "transaction_timeout_ms": ("EVIDENCE_WRITER_TRANSACTION_TIMEOUT_MS", int),
     "session_timeout_ms": ("EVIDENCE_WRITER_SESSION_TIMEOUT_MS", int),
     "metrics_port": ("EVIDENCE_WRITER_METRICS_PORT", int),
+    "metrics_host": ("EVIDENCE_METRICS_HOST", str),
     "log_signing_key_file": ("EVIDENCE_LOG_SIGNING_KEY_FILE", str),
     "log_name": ("EVIDENCE_LOG_NAME", str),
     "checkpoint_interval_s": ("EVIDENCE_CHECKPOINT_INTERVAL_S", float),

@@ -146,7 +146,7 @@ class WriterService:
         cfg = self.config
         self._load_key()
         self._check_topics()
-        self.metrics.serve(cfg.metrics_port)
+        self.metrics.serve(cfg.metrics_port, cfg.metrics_host)
         log("info", "started", transactional_id=cfg.transactional_id, group_id=cfg.group_id,
             group_instance_id=cfg.instance_id, writer_id=cfg.writer_id, prefix=self.names.prefix,
             client_id=self.client_id, batch_max_messages=cfg.batch_max_messages,

@@ -124,7 +124,7 @@ def test_workers_log_json_lines(server):
              if line.startswith("{")]
     starts = [line for line in lines if line["event"].startswith("Started server process")]
     assert len(starts) >= 2, "each worker's lines are JSON"
-    assert any("2 worker(s)" in line["event"] for line in lines)
+    assert any(line["event"] == "serving" and line["workers"] == 2 for line in lines)
 
 
 def test_a_taken_port_exits_3_and_sigterm_stops_every_worker(server, tmp_path):
