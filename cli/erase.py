@@ -1,18 +1,22 @@
-"""``evidence erase --subject ID [--request-id R] [--reason TEXT] [--wait [S]]``.
+"""``evidence erase --subject ID [--request-id R] [--reason TEXT] [--seal-if-none] [--wait [S]]``.
 
 Erases a subject by crypto-shredding (docs/erasure.md): ``server.erasure.erase_subject``
 destroys every live data key of the subject in the key store the environment names
 (``EVIDENCE_KEY_STORE``, ``EVIDENCE_KEK_FILE``; the local stack's ``.stack/env`` sets both),
 then sends the erasure request to the writer through intake, which signs a receipt with the
-log key onto ``evidence.erasures``. Prints the request id, when, and the key ids destroyed;
-with ``--wait`` it waits (default 30 s) until the receipt is projected (``erasures`` in the
-read model at ``EVIDENCE_DATABASE_URL``) and prints the signed receipt note.
+log key onto ``evidence.erasures``. A subject with no keys is not erased and gets no receipt
+(exit 4) unless ``--seal-if-none`` asks for one.
+
+Output: stdout has the request id (one line, for scripts); with ``--wait`` (default 30 s) the
+signed receipt note follows it, once projected (``erasures`` in the read model at
+``EVIDENCE_DATABASE_URL``). What was done (when, the key ids destroyed) goes to stderr.
 
 The same ``--request-id`` again is the same erasure: safe to retry (one receipt).
 
-Exit codes: 0 erased (and, with --wait, receipted); 1 the key store, Kafka or the database
-failed, or no receipt within the wait (the keys are destroyed: retry with the same request
-id); 2 usage error.
+Exit codes: 0 erased (and, with --wait, receipted); 1 failed: the key store, Kafka or the
+database could not be used, or no receipt within the wait (the keys may be destroyed: retry
+with the same request id); 2 usage error; 3 refused: the subject is under a legal hold
+(nothing erased); 4 the subject has no keys to erase (nothing erased, no receipt).
 """
 
 from __future__ import annotations
@@ -25,6 +29,13 @@ from .tlog import CliError, fail, stack_env
 
 HELP = "erase a subject: destroy its keys, get a receipt signed by the log"
 
+EXIT_REFUSED = 3
+EXIT_NO_KEYS = 4
+EPILOG = ("stdout: the request id, then (with --wait) the signed receipt; messages go to "
+          "stderr. exit codes: 0 erased, 1 failed (key store, Kafka or database; retry with "
+          "the same --request-id), 2 usage, 3 refused (a legal hold: nothing erased), 4 no "
+          "keys to erase (nothing erased, no receipt; see --seal-if-none)")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subject", required=True, help="the subject id whose content to erase")
@@ -32,8 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the erasure's request id (default: a new one); the same id again "
                         "is the same erasure")
     p.add_argument("--reason", metavar="TEXT", help="why (kept with the receipt, not signed)")
+    p.add_argument("--seal-if-none", action="store_true",
+                   help="when the subject has no keys, have a receipt sealed anyway (it "
+                        "names no key); without it nothing is sealed (exit 4)")
     p.add_argument("--wait", nargs="?", type=float, const=30.0, default=None, metavar="S",
-                   help="wait until the receipt is projected (default 30 s) and print it")
+                   help="wait until the receipt is projected (default 30 s) and print it "
+                        "after the request id")
+    p.epilog = EPILOG
     p.add_argument("--bootstrap", help="Kafka bootstrap (default $EVIDENCE_KAFKA_BOOTSTRAP, "
                                        "else .stack/env)")
 
@@ -64,9 +80,10 @@ def wait_for_receipt(database_url: str, views: str, request_id: str, wait_s: flo
 
 def run(args: argparse.Namespace) -> int:
     from evidence_contract.erasure import valid_request_id
-    from evidence_contract.keys import KeyStoreError, valid_subject
+    from evidence_contract.keys import KeyStoreError, LegalHold, valid_subject
+    from evidence_contract import iso_micros
     from evidence_contract.topics import TopicNames
-    from server.erasure import ErasureFailed, erase_subject
+    from server.erasure import ErasureFailed, NothingToErase, erase_subject
     from server.keystore import from_env
 
     if not valid_subject(args.subject):
@@ -89,17 +106,22 @@ def run(args: argparse.Namespace) -> int:
         try:
             req = erase_subject(store, {"bootstrap.servers": bootstrap}, args.subject,
                                 args.request_id, args.reason,
-                                topics=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX") or "evidence"))
+                                topics=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX") or "evidence"),
+                                seal_if_none=args.seal_if_none)
         except ValueError as e:
             raise CliError(2, str(e)) from e
+        except LegalHold as e:  # before KeyStoreError, its base: nothing was destroyed
+            raise CliError(EXIT_REFUSED, f"refused: {e}") from e
+        except NothingToErase as e:
+            raise CliError(EXIT_NO_KEYS, f"{e} (--seal-if-none for a receipt)") from e
         except (KeyStoreError, ErasureFailed) as e:
             raise CliError(1, str(e)) from e
-        print(f"request {req.request_id}: erased_at {req.erased_at}, "
+        print(f"request {req.request_id}: erased at {iso_micros(req.erased_at)}, "
               f"{len(req.key_ids)} key(s) destroyed", file=sys.stderr)
         for k in req.key_ids:
             print(f"key {k}", file=sys.stderr)
+        print(req.request_id, flush=True)
         if args.wait is None:
-            print(req.request_id)
             return 0
         url = env.get("EVIDENCE_DATABASE_URL")
         if not url:

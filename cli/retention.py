@@ -1,14 +1,22 @@
 """``evidence retention``: retention classes, the scheduled shredder and legal holds.
 
-    evidence retention run [--once] [--interval S] [--dry-run]
-    evidence retention status [--json]
+    evidence retention run [--once] [--interval S] [--dry-run] [--now T]
+    evidence retention status [--json] [--now T]
     evidence retention hold --subject ID --reason TEXT [--request-id R]
     evidence retention release --subject ID [--request-id R]
 
 The key store is the one ``EVIDENCE_KEY_STORE`` names (``server.keystore.from_env``); the
 classes come from ``EVIDENCE_RETENTION_FILE`` (``server.retention``); receipts go through
 Kafka at ``EVIDENCE_KAFKA_BOOTSTRAP`` with ``EVIDENCE_TOPIC_PREFIX`` (the local stack's
-``.stack/env`` fills in what the environment does not say).
+``.stack/env`` fills in what the environment does not say: ``make up`` writes the retention
+file the shredder runs with there, so ``status`` here reads the shredder's policy).
+
+``run --once`` prints the run's summary as JSON on stdout, each key it shredded (with
+``--dry-run``: would shred), held, skipped or failed named by key id. ``--now T`` (ISO 8601
+with a UTC offset, e.g. ``2026-12-03T03:20:00Z``, or a date, its midnight UTC) plans as if
+it were T: what would expire by then (``run --dry-run --now T``, ``status --now T``); a ``run``
+with ``--now`` is one run, and only ``--dry-run`` takes a T in the future (a real run then
+would shred keys before their retention ended).
 
 Exit codes: 0 done; 1 could not run (key store or Kafka unreachable, or a run with
 failures); 2 usage error (a bad retention file included); 3 from ``run`` when the retention
@@ -36,10 +44,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--once", action="store_true", help="one run, then exit")
     run.add_argument("--interval", type=float, default=3600.0, metavar="S",
                      help="seconds between runs (default 3600)")
-    run.add_argument("--dry-run", action="store_true", help="say what is due; destroy nothing")
+    run.add_argument("--dry-run", action="store_true",
+                     help="name the keys that are due; destroy nothing")
+    run.add_argument("--now", type=_instant, metavar="T",
+                     help="plan as if it were T (ISO 8601 UTC, e.g. 2026-12-03T03:20:00Z, or "
+                          "a date): one run; a T in the future only with --dry-run")
     st = sub.add_parser("status", help="classes, streams and subjects per class, next shred, "
                                        "holds, erased counts")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--now", type=_instant, metavar="T",
+                    help="what is due and next as if it were T (ISO 8601 UTC, or a date)")
     hold = sub.add_parser("hold", help="put a subject under a legal hold (no erasure until "
                                        "released)")
     hold.add_argument("--subject", required=True)
@@ -48,6 +62,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rel = sub.add_parser("release", help="lift a subject's legal hold")
     rel.add_argument("--subject", required=True)
     rel.add_argument("--request-id")
+
+
+def _instant(text: str) -> int:
+    """``--now``: ISO 8601 with a UTC offset (``Z`` or ``+hh:mm``), or a date (its midnight
+    UTC), as UTC µs."""
+    from datetime import date, datetime, timedelta, timezone
+
+    try:
+        if len(text) == 10:
+            t = datetime.combine(date.fromisoformat(text), datetime.min.time(), timezone.utc)
+        else:
+            t = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (e.g. 2026-12-03T03:20:00Z) or date") from None
+    if t.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no UTC offset: add Z (UTC) or +hh:mm")
+    return (t - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
 
 
 def _env() -> dict[str, str]:
@@ -74,6 +107,7 @@ def _usage(msg: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evidence_contract import iso_micros
     from server.retention import RetentionConfigError
 
     env = _env()
@@ -85,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         store = _store(env)
         if args.retention_command == "hold":
             h = store.hold(args.subject, args.reason, args.request_id)
-            print(f"held {h.subject} since {h.held_at} ({h.reason})")
+            print(f"held {h.subject} since {iso_micros(h.held_at)} ({h.reason})")
             return 0
         h = store.release(args.subject, args.request_id)
         print(f"released {args.subject}" if h else f"{args.subject} was not held")
@@ -97,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from evidence_contract import iso_micros, now_micros
     from evidence_contract.topics import TopicNames
     from server.erasure import producer_config
     from server.logs import configure
@@ -104,6 +139,10 @@ def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
 
     if args.interval <= 0:
         return _usage("--interval must be > 0")
+    if args.now is not None and not args.dry_run and args.now > now_micros():
+        return _usage("--now is in the future: a run would shred keys before their retention "
+                      "ended; add --dry-run to see what would expire by then")
+    once = args.once or args.now is not None
     policy = _policy(env)
     if policy is None:
         print("evidence retention run: EVIDENCE_RETENTION_FILE is not set; nothing to do",
@@ -115,32 +154,35 @@ def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     logging.getLogger("evidence.retention").info(
-        "retention: policy %s (sha256 %s), %d classes, every %.0f s%s", policy.source,
-        policy.digest[:16], len(policy.classes), args.interval,
+        "retention: policy %s (sha256 %s), %d classes, %s%s%s", policy.source,
+        policy.digest[:16], len(policy.classes),
+        "once" if once else f"every {args.interval:.0f} s",
+        f" as at {iso_micros(args.now)}" if args.now is not None else "",
         " (dry run)" if args.dry_run else "")
 
     def report(result: Any) -> None:
-        if args.once:
-            print(json.dumps(result.summary(), sort_keys=True))
+        if once:
+            print(json.dumps(result.summary(keys=True), sort_keys=True))
 
     bad = serve(store, policy, producer_config(env),
                 topics=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX") or "evidence"),
-                interval_s=args.interval, dry_run=args.dry_run, stop=stop, once=args.once,
-                on_run=report)
-    return 1 if (args.once and bad) else 0
+                interval_s=args.interval, dry_run=args.dry_run, stop=stop, once=once,
+                on_run=report, now=args.now)
+    return 1 if (once and bad) else 0
 
 
 def _status(args: argparse.Namespace, env: dict[str, str]) -> int:
     from server.retention import status
 
-    doc = status(_store(env), _policy(env))
+    doc = status(_store(env), _policy(env), now=args.now)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
     pol = doc["policy"]
     print(f"policy   {pol['file']} (sha256 {pol['sha256'][:16]}…, default class "
           f"{pol['default'] or 'none: kept'})" if pol else
-          "policy   none (EVIDENCE_RETENTION_FILE not set): nothing is shredded")
+          "policy   none (EVIDENCE_RETENTION_FILE is set neither here nor in .stack/env): "
+          "nothing is shredded")
     k = doc["keys"]
     print(f"keys     {k['live']} live, {k['erased']} erased ({k['erased_by_retention']} by "
           f"retention), {k['epoch_all']} live of epoch 'all' (never shredded by retention)")

@@ -21,8 +21,10 @@ with request id ``retention:<class>:<epoch>:<key id>`` (the writer receipts a re
 once, so one per key; the key id names no one and is on the receipt anyway). The destroy is
 bounded (``before_epoch=`` the epoch's end), so the subject's newer keys stay live. Held
 subjects are skipped, logged and counted; keys of epoch ``all`` (made before epochs) never
-end and are never shredded here. :func:`plan` is pure (states, holds, now in; what is due
-out); :func:`run_once` acts on it.
+end and are never shredded here. A key erased by someone else between the plan and its
+shredding is skipped (nothing left to erase). :func:`plan` is pure (states, holds, now in;
+what is due out); :func:`run_once` acts on it, at the clock's time or at a given ``now``
+(``evidence retention run --dry-run --now T``: what would be shredded at T, each key named).
 """
 
 from __future__ import annotations
@@ -35,11 +37,10 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from evidence_contract import now_micros
+from evidence_contract import iso_micros, now_micros
 from evidence_contract.errors import EvidenceError
 from evidence_contract.keys import (
     EPOCH_ALL,
@@ -288,16 +289,32 @@ class RunResult:
     dry_run: bool = False
     next_due: int | None = None
 
-    def summary(self) -> dict[str, Any]:
-        return {"shredded": len(self.shredded), "held": len(self.held),
-                "skipped": len(self.skipped), "failed": len(self.failed),
-                "dry_run": self.dry_run, "next_due": _iso(self.next_due)}
+    def summary(self, keys: bool = False) -> dict[str, Any]:
+        """The counts and when the next key is due; with ``keys``, also each key the run
+        shredded (or, dry, would shred), held, skipped or failed, by key id (never the
+        subject), with its class, epoch, due time and request id."""
+        out: dict[str, Any] = {
+            "shredded": len(self.shredded), "held": len(self.held),
+            "skipped": len(self.skipped), "failed": len(self.failed),
+            "dry_run": self.dry_run, "next_due": _iso(self.next_due)}
+        if keys:
+            out["keys"] = [
+                *(_named(d, "would_shred" if self.dry_run else "shredded")
+                  for d, _ in self.shredded),
+                *(_named(d, "held") for d in self.held),
+                *(_named(d, "skipped", why) for d, why in self.skipped),
+                *(_named(d, "failed", why) for d, why in self.failed)]
+        return out
+
+
+def _named(d: Due, outcome: str, why: str | None = None) -> dict[str, Any]:
+    out = {"key_id": d.key.key_id, "outcome": outcome, "class": d.cls.name,
+           "epoch": d.key.epoch, "due_at": _iso(d.due_at), "request_id": request_id_for(d)}
+    return out if why is None else {**out, "why": why}
 
 
 def _iso(us: int | None) -> str | None:
-    if us is None:
-        return None
-    return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if us is None else iso_micros(us)
 
 
 Erase = Callable[..., Any]
@@ -318,7 +335,7 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
     receipt request did not reach Kafka is in ``failed``: pass those as ``retry`` to the
     next run, which repeats the request under the same request id (the keys are gone by
     then; ``erase_subject`` collects their tombstones, the writer receipts once)."""
-    from server.erasure import ErasureFailed
+    from server.erasure import ErasureFailed, NothingToErase
 
     erase = erase or _default_erase()
     now = now_micros() if now is None else now
@@ -360,6 +377,13 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
             log.warning("retention: key %s not shredded: %s", d.key.key_id, e)
             result.held.append(d)
             continue
+        except NothingToErase as e:  # erased by someone else since the plan was made
+            why = ("erased already" + (f" under request {', '.join(e.erased_by)}"
+                                       if e.erased_by else ""))
+            log.warning("retention: key %s (class %s, epoch %s) skipped: %s", d.key.key_id,
+                        d.cls.name, d.key.epoch, why)
+            result.skipped.append((d, why))
+            continue
         except (ErasureFailed, KeyStoreError) as e:
             log.error("retention: key %s (request %s) failed: %s", d.key.key_id, rid, e)
             result.failed.append((d, str(e)))
@@ -373,16 +397,17 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
 def serve(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str, Any], *,
           topics: Any = None, interval_s: float = 3600.0, dry_run: bool = False,
           stop: threading.Event | None = None, once: bool = False,
-          on_run: Callable[[RunResult], None] | None = None) -> int:
+          on_run: Callable[[RunResult], None] | None = None, now: int | None = None) -> int:
     """Run the shredder every ``interval_s`` (or once) until ``stop``; returns how many runs
-    had failures (0 is clean). Failed receipt requests are retried on the next run."""
+    had failures (0 is clean). Failed receipt requests are retried on the next run. ``now``
+    (UTC µs) fixes the time every run plans at (default: the clock's at each run)."""
     stop = stop or threading.Event()
     retry: list[Due] = []
     bad_runs = 0
     while True:
         try:
             result = run_once(store, policy, producer_cfg, topics=topics, dry_run=dry_run,
-                              retry=retry)
+                              retry=retry, now=now)
         except KeyStoreError as e:  # the store is unreachable: try again next interval
             log.error("retention: run failed: %s", e)
             result = RunResult(failed=[], dry_run=dry_run)

@@ -7,7 +7,9 @@ store (``EVIDENCE_KEY_STORE``) before it answers, then the request goes to the w
 signs a receipt with the log key on ``evidence.erasures``; ``GET`` the projection (or ``evidence
 erase --wait``) to see it. A key without the admin role gets 403 with the reason; a body with an
 unknown field, a subject or request id that is not one, 422. A subject under a legal hold: 409,
-nothing erased. Kafka or the key store down: 503
+nothing erased. A subject with no keys (none live, none erased under this request id): 404 with
+the reason, nothing erased and no receipt, unless the body says ``"seal_if_none": true`` (then
+202 and a receipt that names no key). Kafka or the key store down: 503
 (the keys may be destroyed already: send the same request id again).
 """
 
@@ -16,13 +18,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from evidence_contract.erasure import MAX_REASON_CHARS
 from evidence_contract.keys import MAX_SUBJECT_BYTES, KeyStoreError, LegalHold
 
 from ..deps import Admin, Config, Keys
-from ..errors import Conflict, InvalidRequest, Unavailable
+from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ..models import ErrorBody
 from ..responses import BODY_ERRORS
 
@@ -46,6 +48,9 @@ class ErasureRequestIn(BaseModel):
         "the erasure's request id (default: a new one); the same id again is the same erasure"))
     reason: StrictStr | None = Field(None, max_length=MAX_REASON_CHARS,
                                      description="why (kept with the receipt, not signed)")
+    seal_if_none: StrictBool = Field(False, description=(
+        "when the subject has no keys, seal a receipt anyway (naming no key); without it "
+        "such a request is a 404 and nothing is sealed"))
 
 
 class ErasureAccepted(BaseModel):
@@ -83,7 +88,7 @@ async def post_erasure(request: Request, _key: Admin, settings: Config,
     which signs a receipt with the log key. The records stay in the log and keep verifying;
     their content is unrecoverable from now on."""
     body = _parse(await request.body())
-    from server.erasure import ErasureFailed, erase_subject
+    from server.erasure import ErasureFailed, NothingToErase, erase_subject
     from evidence_contract.topics import TopicNames
 
     if not settings.kafka_bootstrap:
@@ -93,7 +98,10 @@ async def post_erasure(request: Request, _key: Admin, settings: Config,
            "message.timeout.ms": int(settings.kafka_timeout * 1000)}
     try:
         req = await run_in_threadpool(erase_subject, store, cfg, body.subject, body.request_id,
-                                      body.reason, topics=TopicNames(settings.topic_prefix))
+                                      body.reason, topics=TopicNames(settings.topic_prefix),
+                                      seal_if_none=body.seal_if_none)
+    except NothingToErase as e:
+        raise NotFound(f"{e} (send \"seal_if_none\": true for a receipt)") from None
     except LegalHold as e:  # before KeyStoreError, its base: nothing was destroyed
         raise Conflict(f"the subject is under a legal hold; nothing was erased: {e}") from None
     except KeyStoreError as e:

@@ -94,8 +94,10 @@ def test_erasing_by_cli_and_rest_receipts_once_shreds_one_subject_and_audits_cle
     out = _cli_erase(p, store_env, "--subject", "user-ada", "--request-id", "dsr-ada",
                      "--reason", "GDPR art. 17", "--wait", "45")
     assert out.returncode == 0, out.stderr.decode()
-    receipt = open_receipt(out.stdout, log_key)
-    assert receipt.request_id == "dsr-ada" and receipt.key_ids == (keys["user-ada"].key_id,)
+    request_id, note = out.stdout.split(b"\n", 1)  # the request id, then the receipt
+    receipt = open_receipt(note, log_key)
+    assert receipt.request_id == request_id.decode() == "dsr-ada"
+    assert receipt.key_ids == (keys["user-ada"].key_id,)
     assert b"user-ada" not in out.stdout  # the receipt names key ids, never the subject
 
     # 2. The REST route: 403 for a key without the admin role, 202 for the admin.
@@ -115,6 +117,13 @@ def test_erasing_by_cli_and_rest_receipts_once_shreds_one_subject_and_audits_cle
         assert r.status_code == 202 and r.json()["key_ids"] == [keys["user-bob"].key_id]
     again = _cli_erase(p, store_env, "--subject", "user-ada", "--request-id", "dsr-ada")
     assert again.returncode == 0, again.stderr.decode()
+    # 4. No keys, nothing sealed (the receipts below are still the two): a subject never seen,
+    # and one already erased under another request id.
+    for subject, says in (("user-nobody", b"no keys to erase"),
+                          ("user-ada", b"erased before, under request dsr-ada")):
+        none = _cli_erase(p, store_env, "--subject", subject, "--request-id", "dsr-none")
+        assert none.returncode == 4 and none.stdout == b"", none.stderr.decode()
+        assert says in none.stderr and b"--seal-if-none" in none.stderr
 
     wait_until("both receipts projected",
                lambda: {r[0] for r in _erasures(p)} == {"dsr-ada", "dsr-bob"}, 45, 0.2)

@@ -102,3 +102,55 @@ def test_a_subject_under_a_legal_hold_is_409_and_nothing_is_erased(client):
                     headers={"Authorization": f"Bearer {ADMIN}"})
     assert r.status_code == 409, r.text
     assert "legal hold" in r.json()["message"] and "nothing was erased" in r.json()["message"]
+
+
+@pytest.fixture
+def sent(client, monkeypatch):
+    """The erasure requests the route hands to Kafka (none reach a broker)."""
+    from dataclasses import replace
+
+    import server.erasure
+
+    out = []
+    monkeypatch.setattr(server.erasure, "_send", lambda cfg, topic, req: out.append(req))
+    client.app.state.settings = replace(client.app.state.settings,
+                                        kafka_bootstrap="127.0.0.1:1")
+    return out
+
+
+def test_a_subject_with_no_keys_is_404_with_the_reason_and_nothing_is_sealed(client, sent):
+    from evidence_contract.keys import ERASED, SubjectState
+
+    r = client.post("/admin/erasures", json={"subject": "user-nobody"},
+                    headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 404, r.text
+    assert r.json()["error"] == "not_found"
+    assert "no keys to erase" in r.json()["message"] and "seal_if_none" in r.json()["message"]
+    assert sent == []
+
+    class _Erased(_Store):  # its keys went under an earlier request
+        def subjects(self):
+            return [SubjectState("user-1", "ab" * 16, ERASED, 1, 2, "dsr-1")]
+
+    client.app.state.key_store = _Erased()
+    r = client.post("/admin/erasures", json={"subject": "user-1", "request_id": "dsr-2"},
+                    headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 404 and "under request dsr-1" in r.json()["message"]
+    assert sent == []
+    # The same request again is the retry of an erasure that happened: 202, its keys named.
+    r = client.post("/admin/erasures", json={"subject": "user-1", "request_id": "dsr-1"},
+                    headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 202 and r.json()["key_ids"] == ["ab" * 16]
+    assert [q.request_id for q in sent] == ["dsr-1"]
+
+
+def test_seal_if_none_seals_a_receipt_that_names_no_key(client, sent):
+    r = client.post("/admin/erasures", json={"subject": "user-nobody", "request_id": "dsr-9",
+                                             "seal_if_none": True},
+                    headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 202, r.text
+    assert r.json()["key_ids"] == [] and [(q.request_id, q.key_ids) for q in sent] == [
+        ("dsr-9", ())]
+    r = client.post("/admin/erasures", json={"subject": "u", "seal_if_none": "yes"},
+                    headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 422

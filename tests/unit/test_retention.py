@@ -4,6 +4,7 @@ CLI's hold and release, against the file key store."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -203,3 +204,66 @@ def test_the_devstack_supervises_the_shredder_only_with_a_retention_file():
 
     (svc,) = [s for s in SERVICES if s.name == "retention"]
     assert svc.exists() and svc.args == ("run",) and svc.needs == "EVIDENCE_RETENTION_FILE"
+
+
+def test_a_key_erased_since_the_plan_is_skipped_with_the_reason(tmp_path):
+    from server.erasure import NothingToErase
+
+    store, clock, old, other, *_ = _two_epochs(tmp_path)
+
+    def gone(store_, cfg, subject, request_id, reason, *, topics=None):
+        raise NothingToErase(subject, request_id, ("dsr-1",))
+
+    result = run_once(store, parse_policy(POLICY), {}, now=clock(), erase=gone)
+    assert result.shredded == [] and result.failed == []
+    assert [why for _, why in result.skipped] == ["erased already under request dsr-1"] * 2
+    assert {k["outcome"] for k in result.summary(keys=True)["keys"]} == {"skipped"}
+
+
+def _cli_env(tmp_path, monkeypatch, policy):
+    monkeypatch.setenv("EVIDENCE_KEY_STORE", f"file:{tmp_path / 'keys'}")
+    monkeypatch.setenv("EVIDENCE_KEK", bytes(range(32)).hex())
+    (tmp_path / "retention.json").write_text(json.dumps(policy))
+    monkeypatch.setenv("EVIDENCE_RETENTION_FILE", str(tmp_path / "retention.json"))
+    monkeypatch.setattr("cli.tlog.stack_env", lambda: {
+        k: v for k, v in __import__("os").environ.items() if k.startswith("EVIDENCE_")})
+
+
+def test_cli_dry_run_at_a_given_time_names_the_keys_it_would_shred(tmp_path, monkeypatch,
+                                                                     capsys):
+    store, clock, old, other, kept, new = _two_epochs(tmp_path)
+    _cli_env(tmp_path, monkeypatch, POLICY)
+
+    def dry_run(when):
+        assert main(["retention", "run", "--dry-run", "--now", when]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    before = dry_run("2024-05-31T23:59:59Z")
+    assert before["keys"] == [] and before["next_due"] == "2024-06-01T00:00:00Z"
+    due = dry_run("2024-06-01")  # a date: its midnight UTC
+    assert due["shredded"] == 2 and due["dry_run"] is True
+    assert due["keys"] == [
+        {"key_id": k.key_id, "outcome": "would_shred", "class": "short", "epoch": "2024-05-01",
+         "due_at": "2024-06-01T00:00:00Z", "request_id": f"retention:short:2024-05-01:{k.key_id}"}
+        for k in (old, other)]
+    assert dry_run("2024-06-01T01:59:59+02:00")["keys"] == []  # an offset: 23:59:59Z
+    for k in (old, other, kept, new):
+        assert store.key(k.key_id) == k  # a dry run destroys nothing
+    assert main(["retention", "status", "--json", "--now", "2024-06-01T00:00:00Z"]) == 0
+    short = next(c for c in json.loads(capsys.readouterr().out)["classes"]
+                 if c["name"] == "short")
+    assert short["due_now"] == 2 and short["next_shred"] == "2024-07-16T00:00:00Z"
+
+
+def test_cli_now_is_a_utc_time_and_a_real_run_never_runs_ahead(tmp_path, monkeypatch, capsys):
+    _cli_env(tmp_path, monkeypatch, POLICY)
+    assert main(["retention", "run", "--now", "2999-01-01T00:00:00Z"]) == 2
+    assert "--now is in the future" in capsys.readouterr().err
+    for bad in ("2024-06-01T00:00:00", "yesterday"):
+        with pytest.raises(SystemExit) as e:
+            main(["retention", "run", "--dry-run", "--now", bad])
+        assert e.value.code == 2
+    assert "no UTC offset" in capsys.readouterr().err
+    assert main(["retention", "hold", "--subject", "user-ada", "--reason", "case 17"]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"held user-ada since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(case 17\)\n", out)
