@@ -49,7 +49,7 @@ def _dev_run(args: argparse.Namespace) -> int:
 # Subcommands that live beside their component: each module offers HELP,
 # add_arguments(parser) and run(args) -> int. A component that has not landed yet is absent.
 SUBCOMMAND_MODULES = {
-    "topics": "topics.cli",
+    "topics": "cli.topics",
     "writer": "writer.cli",
     "projector": "projections.cli",
     "projections": "cli.projections",

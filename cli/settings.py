@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from server.settings import (CONNECTION_OPTIONS, Connection, SettingsError,
                              add_connection_options, value)
 
-__all__ = ["CliSettings", "SettingsError", "add_options", "resolve", "stack_env"]
+__all__ = ["STACK_ENV", "CliSettings", "SettingsError", "add_options", "resolve", "stack_env"]
 
 STACK_ENV = ".stack/env"
 

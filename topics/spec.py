@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from evidence_contract.errors import EvidenceError
 from evidence_contract.topics import TopicNames
@@ -32,6 +33,17 @@ class TopicPartitionsError(TopicConfigError):
     """
 
 
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    """A positive integer variable; empty is unset; a bad value is a ``ValueError`` naming it
+    (``topics`` sits beside ``server`` and cannot use ``server.settings``)."""
+    raw = env.get(name) or ""
+    if raw == "":
+        return default
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={raw!r} is not a positive integer")
+    return int(raw)
+
+
 @dataclass(frozen=True)
 class TopicSettings:
     """Tunable numbers; :meth:`from_env` reads ``EVIDENCE_*`` overrides."""
@@ -45,14 +57,14 @@ class TopicSettings:
     max_verbatim_bytes (48 MiB by default) are kept verbatim within it."""
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "TopicSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "TopicSettings":
         env = os.environ if environ is None else environ
         return cls(
-            names=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX", "evidence")),
-            partitions=int(env.get("EVIDENCE_TOPIC_PARTITIONS", "6")),
-            replication_factor=int(env.get("EVIDENCE_REPLICATION_FACTOR", "1")),
-            intake_retention_ms=int(env.get("EVIDENCE_INTAKE_RETENTION_MS", str(7 * DAY_MS))),
-            max_message_bytes=int(env.get("EVIDENCE_MAX_MESSAGE_BYTES", str(64 * MIB))),
+            names=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX") or "evidence"),
+            partitions=_int(env, "EVIDENCE_TOPIC_PARTITIONS", 6),
+            replication_factor=_int(env, "EVIDENCE_REPLICATION_FACTOR", 1),
+            intake_retention_ms=_int(env, "EVIDENCE_INTAKE_RETENTION_MS", 7 * DAY_MS),
+            max_message_bytes=_int(env, "EVIDENCE_MAX_MESSAGE_BYTES", 64 * MIB),
         )
 
     @property
