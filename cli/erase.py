@@ -25,6 +25,7 @@ import argparse
 import sys
 import time
 
+from .settings import SettingsError, add_options, resolve
 from .tlog import CliError, fail, stack_env
 
 HELP = "erase a subject: destroy its keys, get a receipt signed by the log"
@@ -50,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wait until the receipt is projected (default 30 s) and print it "
                         "after the request id")
     p.epilog = EPILOG
-    p.add_argument("--bootstrap", help="Kafka bootstrap (default $EVIDENCE_KAFKA_BOOTSTRAP, "
-                                       "else .stack/env)")
+    add_options(p, "bootstrap", "topic_prefix", "database_url", "views_schema",
+                note={"database_url": "with --wait", "views_schema": "with --wait"})
 
 
 def wait_for_receipt(database_url: str, views: str, request_id: str, wait_s: float) -> bytes:
@@ -82,7 +83,6 @@ def run(args: argparse.Namespace) -> int:
     from evidence_contract.erasure import valid_request_id
     from evidence_contract.keys import KeyStoreError, LegalHold, valid_subject
     from evidence_contract import iso_micros
-    from evidence_contract.topics import TopicNames
     from server.erasure import ErasureFailed, NothingToErase, erase_subject
     from server.keystore import from_env
 
@@ -94,11 +94,14 @@ def run(args: argparse.Namespace) -> int:
     if args.wait is not None and not args.wait > 0:
         return fail("erase", CliError(2, "--wait takes a positive number of seconds"))
     env = stack_env()
-    bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP")
     try:
-        if not bootstrap:
-            raise CliError(1, "no Kafka: pass --bootstrap or set EVIDENCE_KAFKA_BOOTSTRAP "
-                              "(`make up` writes it to .stack/env)")
+        try:
+            settings = resolve(args, env)
+        except SettingsError as e:
+            raise CliError(2, str(e)) from e
+        if settings.need("bootstrap"):
+            raise CliError(1, str(settings.need("bootstrap")))
+        bootstrap = str(settings.bootstrap)
         try:
             store = from_env(env)
         except KeyStoreError as e:
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             req = erase_subject(store, {"bootstrap.servers": bootstrap}, args.subject,
                                 args.request_id, args.reason,
-                                topics=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX") or "evidence"),
+                                topics=settings.connection.names,
                                 seal_if_none=args.seal_if_none)
         except ValueError as e:
             raise CliError(2, str(e)) from e
@@ -123,10 +126,9 @@ def run(args: argparse.Namespace) -> int:
         print(req.request_id, flush=True)
         if args.wait is None:
             return 0
-        url = env.get("EVIDENCE_DATABASE_URL")
-        if not url:
-            raise CliError(1, "--wait reads the projection: set EVIDENCE_DATABASE_URL")
-        note = wait_for_receipt(url, env.get("EVIDENCE_PG_VIEWS_SCHEMA") or "evidence",
+        if settings.need("database_url"):
+            raise CliError(1, f"--wait reads the projection; {settings.need('database_url')}")
+        note = wait_for_receipt(str(settings.database_url), settings.views_schema,
                                 req.request_id, args.wait)
     except CliError as e:
         return fail("erase", e)

@@ -33,6 +33,10 @@ import sys
 import threading
 from typing import Any
 
+from server.settings import Connection, SettingsError, add_connection_options
+
+from .settings import STACK_ENV
+
 HELP = "retention classes: the scheduled shredder (run), status, legal hold and release"
 
 EXIT_NOT_CONFIGURED = 3
@@ -49,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--now", type=_instant, metavar="T",
                      help="plan as if it were T (ISO 8601 UTC, e.g. 2026-12-03T03:20:00Z, or "
                           "a date): one run; a T in the future only with --dry-run")
+    add_connection_options(run, "bootstrap", "topic_prefix", fallback=STACK_ENV)
     st = sub.add_parser("status", help="classes, streams and subjects per class, next shred, "
                                        "holds, erased counts")
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -132,13 +137,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
     from evidence_contract import iso_micros, now_micros
-    from evidence_contract.topics import TopicNames
-    from server.erasure import producer_config
     from server.logs import configure
     from server.retention import serve
 
     if args.interval <= 0:
         return _usage("--interval must be > 0")
+    try:  # the services' default bootstrap, as the shredder make up runs uses
+        conn = Connection.from_env(env).with_args(args)
+    except SettingsError as e:
+        return _usage(str(e))
     if args.now is not None and not args.dry_run and args.now > now_micros():
         return _usage("--now is in the future: a run would shred keys before their retention "
                       "ended; add --dry-run to see what would expire by then")
@@ -164,8 +171,7 @@ def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
         if once:
             print(json.dumps(result.summary(keys=True), sort_keys=True))
 
-    bad = serve(store, policy, producer_config(env),
-                topics=TopicNames(env.get("EVIDENCE_TOPIC_PREFIX") or "evidence"),
+    bad = serve(store, policy, {"bootstrap.servers": conn.bootstrap}, topics=conn.names,
                 interval_s=args.interval, dry_run=args.dry_run, stop=stop, once=once,
                 on_run=report, now=args.now)
     return 1 if (once and bad) else 0

@@ -32,7 +32,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import logging
 import os
 import re
 import threading
@@ -53,6 +52,7 @@ from evidence_contract.keys import (
     SubjectState,
     epoch_end,
 )
+from server.logs import event_logger
 
 __all__ = [
     "DAY_US",
@@ -72,7 +72,7 @@ __all__ = [
     "status",
 ]
 
-log = logging.getLogger("evidence.retention")
+log = event_logger("evidence.retention")
 
 DAY_US = 86_400_000_000
 _CLASS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -345,9 +345,9 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
     result = RunResult(held=p.held, dry_run=dry_run, next_due=p.next_due)
     for d in p.held:
         h = held[d.key.subject]
-        log.warning("retention: key %s (class %s, epoch %s) is due but its subject is under a "
-                    "legal hold since %s (%s); not shredded", d.key.key_id, d.cls.name,
-                    d.key.epoch, _iso(h.held_at), h.reason)
+        log("warning", "retention_held", key_id=d.key.key_id, retention_class=d.cls.name,
+            epoch=d.key.epoch, held_since=_iso(h.held_at), hold_reason=h.reason,
+            why="due, but its subject is under a legal hold: not shredded")
     live = [k for k in keys if k.state == LIVE]
     todo = {d.key.key_id: d for d in [*(retry or []), *p.due]}  # a failed key may be due too
     for d in todo.values():
@@ -364,8 +364,8 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
                  and not any(x.key.key_id == k.key_id for x in p.due)]
         if early:
             why = f"key {early[0].key_id} of the same subject ends as early and is not due"
-            log.warning("retention: key %s (class %s, epoch %s) skipped: %s", d.key.key_id,
-                        d.cls.name, d.key.epoch, why)
+            log("warning", "retention_skipped", key_id=d.key.key_id,
+                retention_class=d.cls.name, epoch=d.key.epoch, why=why)
             result.skipped.append((d, why))
             continue
         reason = (f"retention class {d.cls.name}: keep {d.cls.keep_days} days after epoch "
@@ -374,22 +374,23 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
             req = erase(_Bounded(store, end), producer_cfg, d.key.subject, rid, reason,
                         topics=topics)
         except LegalHold as e:  # placed since the plan was made
-            log.warning("retention: key %s not shredded: %s", d.key.key_id, e)
+            log("warning", "retention_held", key_id=d.key.key_id, retention_class=d.cls.name,
+                epoch=d.key.epoch, why=f"a legal hold since the plan: {e}")
             result.held.append(d)
             continue
         except NothingToErase as e:  # erased by someone else since the plan was made
             why = ("erased already" + (f" under request {', '.join(e.erased_by)}"
                                        if e.erased_by else ""))
-            log.warning("retention: key %s (class %s, epoch %s) skipped: %s", d.key.key_id,
-                        d.cls.name, d.key.epoch, why)
+            log("warning", "retention_skipped", key_id=d.key.key_id,
+                retention_class=d.cls.name, epoch=d.key.epoch, why=why)
             result.skipped.append((d, why))
             continue
         except (ErasureFailed, KeyStoreError) as e:
-            log.error("retention: key %s (request %s) failed: %s", d.key.key_id, rid, e)
+            log("error", "retention_failed", key_id=d.key.key_id, request_id=rid, error=str(e))
             result.failed.append((d, str(e)))
             continue
-        log.info("retention: shredded key %s (class %s, epoch %s) under request %s",
-                 d.key.key_id, d.cls.name, d.key.epoch, rid)
+        log("info", "retention_shredded", key_id=d.key.key_id, retention_class=d.cls.name,
+            epoch=d.key.epoch, request_id=rid)
         result.shredded.append((d, req))
     return result
 
@@ -409,13 +410,13 @@ def serve(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str, A
             result = run_once(store, policy, producer_cfg, topics=topics, dry_run=dry_run,
                               retry=retry, now=now)
         except KeyStoreError as e:  # the store is unreachable: try again next interval
-            log.error("retention: run failed: %s", e)
+            log("error", "retention_run_failed", error=str(e))
             result = RunResult(failed=[], dry_run=dry_run)
             bad_runs += 1
         else:
             retry = [d for d, _ in result.failed]
             bad_runs += bool(result.failed)
-            log.info("retention: run %s", json.dumps(result.summary(), sort_keys=True))
+            log("info", "retention_run", **result.summary())
         if on_run is not None:
             on_run(result)
         if once or stop.wait(interval_s):
