@@ -29,6 +29,8 @@ import json
 import os
 import sys
 
+from .settings import SettingsError, add_options, resolve
+
 HELP = "verify the log's chains and digests, and the projection against the log"
 
 
@@ -48,8 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the JSON report to FILE (default: standard output)")
     p.add_argument("--no-projection", action="store_true",
                    help="check the log only, not the PostgreSQL projection")
-    p.add_argument("--bootstrap", help="Kafka bootstrap (default: $EVIDENCE_KAFKA_BOOTSTRAP)")
-    p.add_argument("--database-url", help="PostgreSQL URL (default: $EVIDENCE_DATABASE_URL)")
+    add_options(p, "bootstrap", "database_url", "views_schema")
     p.add_argument("--log-key", metavar="FILE",
                    help="the log's verifier key (default $EVIDENCE_LOG_VERIFIER_KEY_FILE)")
     p.add_argument("--witness", metavar="URL", action="append", default=[],
@@ -117,11 +118,16 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     env = _stack_env()
-    bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP")
-    db = None if args.no_projection else (args.database_url or env.get("EVIDENCE_DATABASE_URL"))
+    try:
+        shared = resolve(args, env)
+    except SettingsError as e:
+        print(f"evidence audit: {e}", file=sys.stderr)
+        return 2
+    bootstrap, views = shared.bootstrap, shared.views_schema
+    db = None if args.no_projection else shared.database_url
     if not bootstrap:
-        print("evidence audit: no Kafka to read: pass --bootstrap or run `make up`",
-              file=sys.stderr)
+        print("evidence audit: no Kafka to read: pass --bootstrap, set EVIDENCE_KAFKA_BOOTSTRAP "
+              "or run `make up`", file=sys.stderr)
         return 1
     settings = TopicSettings.from_env(env)
     trees = None
@@ -170,8 +176,7 @@ def run(args: argparse.Namespace) -> int:
         if db:
             from audit.projection_db import recorded_redaction
 
-            recorded, redaction = recorded_redaction(
-                db, env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"))
+            recorded, redaction = recorded_redaction(db, views)
         if not recorded:
             redaction = from_env(env)
     except (OSError, RedactionError) as e:
@@ -182,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         report = run_audit(bootstrap, settings.names, db,
-                           views=env.get("EVIDENCE_PG_VIEWS_SCHEMA", "evidence"),
+                           views=views,
                            stream=args.stream, progress=progress, trees=trees,
                            redaction=redaction)
     except AuditError as e:
