@@ -35,6 +35,7 @@ from .errors import Forbidden, NotFound, Unauthorized, Unavailable
 from .limits import PerKeyLimit
 from .metrics import ApiMetrics
 from .models import MAX_SEQ, STREAM_PATTERN
+from .params import Digits
 from .watch import HeadWatch
 
 __all__ = [
@@ -124,7 +125,7 @@ Watch = Annotated[HeadWatch | None, Depends(get_watch)]
 AuditLimit = Annotated[PerKeyLimit, Depends(get_audit_limit)]
 
 StreamId = Annotated[str, Path(pattern=STREAM_PATTERN, description="stream id")]
-Seq = Annotated[int, Path(ge=1, le=MAX_SEQ)]
+Seq = Annotated[int, Path(ge=1, le=MAX_SEQ), Digits]
 IncludeBytes = Annotated[str | None, Query(pattern="^bytes$", description=(
     "`bytes` adds base64 request/response/error bodies and the log message"))]
 

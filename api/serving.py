@@ -9,6 +9,16 @@ accept, for a connection's first request) the whole head must arrive within
 ``EVIDENCE_API_HEADER_TIMEOUT`` seconds, else the connection is closed. The body has its own
 deadline, :class:`api.limits.BodyLimitMiddleware`'s.
 
+The head's size. h11's ``max_incomplete_event_size`` bounds only a head still incomplete in
+its buffer: a longer head that arrives whole in one read is parsed and served (100 KB against a
+16 KiB bound, measured). :class:`BoundedHeadConnection` bounds every head, however it arrives
+(one write, several, pipelined behind another request): before h11 parses one, a head whose
+request line and headers (to the blank line) exceed ``EVIDENCE_API_MAX_HEADER_BYTES`` is
+refused, and :class:`HeadTimeoutProtocol` answers ``431 Request Header Fields Too Large`` with
+the reason and closes the connection. It closes it gently: half-closed after the answer, what
+the client still sends is read and dropped until it closes too (or the head deadline passes),
+so the client reads the 431 rather than a reset.
+
 :func:`uvicorn_config` is what ``evidence api`` runs, and what tests serve the app with to see
 these bounds at work; :func:`serve` runs it, in one process or in ``EVIDENCE_API_WORKERS``.
 
@@ -34,8 +44,10 @@ middleware.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -43,13 +55,14 @@ from typing import Any
 
 import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE, H11Protocol
 
 from server.logs import event_logger
 
 from .config import Settings
 
-__all__ = ["HeadTimeoutProtocol", "ServerConfig", "serve", "uvicorn_config"]
+__all__ = ["BoundedHeadConnection", "HeadTimeoutProtocol", "ServerConfig", "serve",
+           "uvicorn_config"]
 
 log = event_logger("evidence.api")
 
@@ -86,13 +99,45 @@ class ServerConfig(uvicorn.Config):
             configure(level if isinstance(level, str) else logging.getLevelName(level).lower())
 
 
+_HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (a bare LF is taken too)
+
+
+class BoundedHeadConnection(h11.Connection):
+    """h11's server side, refusing any request head over ``max_head`` bytes however it
+    arrived (see the module doc): while a head is awaited, a buffer holding more than
+    ``max_head`` bytes without the head's end within them is refused. A refused head is never
+    parsed: :meth:`next_event` answers ``PAUSED`` from then on, and ``head_too_large`` holds
+    the bytes of it received (the protocol answers 431)."""
+
+    def __init__(self, max_head: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_head)
+        self.max_head = max_head
+        self.head_too_large: int | None = None
+
+    def next_event(self) -> Any:
+        if self.head_too_large is None and self.their_state is h11.IDLE:
+            buffered = self.trailing_data[0]
+            if len(buffered) > self.max_head:
+                end = _HEAD_END.search(buffered, 0, self.max_head + 3)
+                if end is None or end.end() > self.max_head:
+                    self.head_too_large = end.end() if end else len(buffered)
+        if self.head_too_large is not None:
+            return h11.PAUSED
+        return super().next_event()
+
+
 class HeadTimeoutProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request head (see the module doc)."""
+    """uvicorn's h11 protocol with a deadline for each request head and a bound on its size,
+    answered with 431 (see the module doc)."""
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self.header_timeout: float = getattr(config, "header_timeout", 10.0)
         self._head_timer: asyncio.TimerHandle | None = None
+        self.conn = BoundedHeadConnection(config.h11_max_incomplete_event_size
+                                          or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE)
+        self._refused = False
+        self._linger: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         _no_delay(transport)
@@ -101,9 +146,40 @@ class HeadTimeoutProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        if self._linger is not None:
+            self._linger.cancel()
         super().connection_lost(exc)
 
+    def handle_events(self) -> None:
+        super().handle_events()  # every path to a new head (a read, a pipelined request) is here
+        if self.conn.head_too_large is not None and not self._refused:
+            self._refuse_head(self.conn.head_too_large)
+
+    def _refuse_head(self, size: int) -> None:
+        """Answer 431 with the reason, half-close, then drop what still arrives until the
+        client closes or the head deadline passes (module doc)."""
+        self._refused = True
+        self._cancel_head_timer()
+        limit = self.conn.max_head
+        log("info", "request_head_too_large", head_bytes=size, max_header_bytes=limit)
+        body = json.dumps({"error": "too_large", "message": (
+            f"the request head (request line and headers) is over {limit} bytes ({size} "
+            f"received); this server takes heads of up to {limit} bytes "
+            f"(EVIDENCE_API_MAX_HEADER_BYTES)")}).encode()
+        head = h11.Response(status_code=431, reason=b"Request Header Fields Too Large",
+                            headers=[(b"content-type", b"application/json"),
+                                     (b"content-length", str(len(body)).encode()),
+                                     (b"connection", b"close")])
+        for event in (head, h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event) or b"")
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.flow.resume_reading()  # read and drop the rest (h11 paused the reads)
+        self._linger = self.loop.call_later(self.header_timeout, self.transport.close)
+
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # the rest of a refused head, or more: dropped (see _refuse_head)
         # Between requests (idle keep-alive, or a response already sent) these bytes start
         # a new head: its deadline runs from now and is not reset by later bytes.
         if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):

@@ -57,6 +57,7 @@ from ..deps import Caller, Config, Db, Seq, StreamId, not_found
 from ..errors import Erased, Unavailable
 from ..evidence import Served, served
 from ..models import MAX_SEQ, STREAM_PATTERN, EvidenceBundle, erased_of
+from ..params import Digits
 from ..responses import ERASED, ERRORS
 from .replay import HEX_KEY, replay_row
 from .tlog import MAX_COSIGNATURES
@@ -72,7 +73,7 @@ ENTRY_CANDIDATES = 8
 
 KnownSize = Annotated[int | None, Query(ge=1, le=MAX_SEQ, description=(
     "the tree size of the last checkpoint of this stream the reader verified: the bundle "
-    "then carries the proof that its checkpoint extends that one"))]
+    "then carries the proof that its checkpoint extends that one")), Digits]
 
 
 Row = tuple[int, bytes, bytes, list[str]]  # a deployment checkpoint: size, root, note, lines

@@ -35,6 +35,7 @@ from ..models import (
     EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage,
     StreamDetail, StreamList, finding_dict, head_dict, record_dict,
 )
+from ..params import Digits
 from ..responses import ERRORS
 from ..watch import wait_past
 
@@ -47,7 +48,7 @@ BYTES_PAGE_MAX = 100
 """With ``?include=bytes`` a page holds at most this many records, whatever ``limit`` says:
 each may carry megabytes of bodies. The cursor still covers every record."""
 
-Limit = Annotated[int, Query(ge=1, le=1000)]
+Limit = Annotated[int, Query(ge=1, le=1000), Digits]
 
 WAIT_MS_MAX = 30_000
 """The longest ``wait_ms`` a request may ask for; the server waits at most
@@ -72,10 +73,10 @@ async def list_streams(
 async def get_stream(
     stream: StreamId, key: Caller, db: Db, settings: Config, watch: Watch,
     after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description=(
-        "with `wait_ms`: answer once the head's seq is past this one"))] = None,
+        "with `wait_ms`: answer once the head's seq is past this one")), Digits] = None,
     wait_ms: Annotated[int, Query(ge=0, le=WAIT_MS_MAX, description=(
         "with `after_seq`: wait up to this long (ms; never longer than the server's "
-        "EVIDENCE_API_MAX_WAIT_MS, 5000 by default) for the head to pass it"))] = 0,
+        "EVIDENCE_API_MAX_WAIT_MS, 5000 by default) for the head to pass it")), Digits] = 0,
 ) -> dict[str, Any]:
     """With `after_seq` and `wait_ms`, a long poll: the answer comes as soon as the head's
     seq is past `after_seq`, or when the wait is over with the head as it is then (compare
@@ -97,7 +98,7 @@ async def get_stream(
 async def list_records(
     stream: StreamId, key: Caller, db: Db,
     after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ,
-                                    description="cursor: records after this seq")] = 0,
+                                    description="cursor: records after this seq"), Digits] = 0,
     limit: Limit = 100,
     include: IncludeBytes = None,
 ) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from ..deps import Caller, Db, Metrics, not_found
 from ..errors import Erased, InvalidRequest
 from ..models import MAX_SEQ, STREAM_PATTERN, VerifyRequest, VerifyResponse, erased_of
+from ..params import Digits
 from ..responses import BODY_ERRORS, ERASED, ERRORS
 from ..evidence import served
 from ..verify import Original, VerifyResult, verify
@@ -146,7 +147,7 @@ async def replay_serve(
     stream: Annotated[str | None, Query(pattern=STREAM_PATTERN,
                                         description="only this stream")] = None,
     seq: Annotated[int | None, Query(ge=1, le=MAX_SEQ,
-                                     description="only this seq (needs stream)")] = None,
+                                     description="only this seq (needs stream)"), Digits] = None,
 ) -> Response:
     """The response bytes of the earliest COMMITTED record with this content key among
     the streams the key may read, exactly as recorded. Never calls a provider.

@@ -48,6 +48,7 @@ from ..errors import (
     Conflict, Forbidden, InvalidRequest, NotFound, Unavailable, UnsupportedMediaType,
 )
 from ..models import MAX_SEQ, ConsistencyProof, CosignatureAccepted, ErrorBody, InclusionProof
+from ..params import Digits
 from ..responses import BODY_ERRORS, ERRORS, PUBLIC_ERRORS
 
 __all__ = ["MAX_COSIGNATURES", "get_checkpoint", "get_log_key", "node_lookup",
@@ -56,7 +57,7 @@ __all__ = ["MAX_COSIGNATURES", "get_checkpoint", "get_log_key", "node_lookup",
 router = APIRouter(tags=["verifiable log"])
 
 TreeSize = Annotated[int | None, Query(ge=1, le=MAX_SEQ, description=(
-    "a tree size; default: the latest checkpoint's"))]
+    "a tree size; default: the latest checkpoint's")), Digits]
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}
 MAX_COSIGNATURES = MAX_SIGNATURES - 1  # a note holds at most 100 lines, one is the log's
 _NOTE_BYTES = 64 << 10
@@ -112,7 +113,8 @@ async def get_checkpoint(stream: StreamId, key: Caller, db: Db,
             responses=ERRORS, summary="Inclusion proof of a record in the stream's tree")
 async def prove_inclusion(
     stream: StreamId, key: Caller, db: Db,
-    seq: Annotated[int, Query(ge=1, le=MAX_SEQ, description="the record's seq (leaf seq - 1)")],
+    seq: Annotated[int, Query(ge=1, le=MAX_SEQ, description="the record's seq (leaf seq - 1)"),
+                   Digits],
     tree_size: TreeSize = None,
 ) -> dict[str, Any]:
     """The RFC 9162 inclusion path of record `seq` in the tree of `tree_size` records
@@ -139,9 +141,9 @@ async def prove_inclusion(
             responses=ERRORS, summary="Consistency proof between two sizes of the stream's tree")
 async def prove_consistency(
     stream: StreamId, key: Caller, db: Db,
-    first: Annotated[int, Query(ge=1, le=MAX_SEQ, description="the smaller tree size")],
+    first: Annotated[int, Query(ge=1, le=MAX_SEQ, description="the smaller tree size"), Digits],
     second: Annotated[int, Query(ge=1, le=MAX_SEQ, description=(
-        "the larger tree size, at most the latest checkpoint's"))],
+        "the larger tree size, at most the latest checkpoint's")), Digits],
 ) -> dict[str, Any]:
     """The RFC 9162 proof that the tree of `second` records extends the tree of `first`
     (equal sizes: an empty proof). Check it against the roots of the two checkpoints."""

@@ -1,7 +1,9 @@
 """How the API is served: workers and backlog settings, the uvicorn configuration a spawned
-worker receives, TCP_NODELAY on accepted connections, and the bench's load generator."""
+worker receives, TCP_NODELAY on accepted connections, the request head's size bound (431
+however the head arrives), and the bench's load generator."""
 
 import asyncio
+import json
 import os
 import pickle
 import socket
@@ -161,3 +163,100 @@ def test_a_served_process_runs_with_the_services_collector_settings():
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+# -- the request head's size, however it arrives -----------------------------------------------
+LIMIT = 16 << 10
+
+
+@pytest.fixture(scope="module")
+def tiny_server():
+    """An app that answers 200 "ok" to anything, served as ``evidence api`` serves (a head
+    bound of 16 KiB); yields its port."""
+    import time
+
+    import uvicorn
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    settings = Settings("postgresql://x@127.0.0.1/x", Keyring([("k", KEY, ["*"])]),
+                        max_header_bytes=LIMIT, header_timeout=5.0)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning",
+                                           access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    yield sock.getsockname()[1]
+    server.should_exit = True
+    thread.join(15)
+    sock.close()
+
+
+def _head(size: int, path: str = "/healthz") -> bytes:
+    """A GET whose request line and headers, blank line included, are ``size`` bytes."""
+    start, end = f"GET {path} HTTP/1.1\r\nhost: x\r\nx-pad: ".encode(), b"\r\n\r\n"
+    return start + b"a" * (size - len(start) - len(end)) + end
+
+
+def _exchange(port: int, pieces: list[bytes]) -> bytes:
+    """Send ``pieces`` one write each, half-close, and read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for piece in pieces:
+            s.sendall(piece)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def _split(data: bytes, n: int) -> list[bytes]:
+    step = -(-len(data) // n)
+    return [data[i:i + step] for i in range(0, len(data), step)]
+
+
+@pytest.mark.parametrize("writes", [1, 4, 100])
+def test_a_head_over_the_limit_is_431_however_it_arrives(tiny_server, writes):
+    for size in (LIMIT + 1, 100_062, 200_000):
+        out = _exchange(tiny_server, _split(_head(size), writes))
+        assert out.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), out[:200]
+        body = json.loads(out.split(b"\r\n\r\n", 1)[1])
+        assert body["error"] == "too_large"
+        assert f"over {LIMIT} bytes" in body["message"]
+        assert "EVIDENCE_API_MAX_HEADER_BYTES" in body["message"]
+        assert b"connection: close" in out.lower()
+
+
+@pytest.mark.parametrize("writes", [1, 4])
+def test_a_head_at_the_limit_is_served(tiny_server, writes):
+    out = _exchange(tiny_server, _split(_head(LIMIT), writes))
+    assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(b"ok")
+
+
+def test_a_long_head_behind_a_served_request_is_431_too(tiny_server):
+    # pipelined in one write, and on a kept-alive connection after a first answer
+    out = _exchange(tiny_server, [_head(200) + _head(100_000)])
+    assert out.startswith(b"HTTP/1.1 200 ") and b"\r\n\r\nokHTTP/1.1 431 " in out
+    with socket.create_connection(("127.0.0.1", tiny_server), timeout=30) as s:
+        s.sendall(_head(200))
+        first = b""
+        while not first.endswith(b"ok"):
+            first += s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 ")
+        s.sendall(_head(50_000))
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        assert out.startswith(b"HTTP/1.1 431 ")
