@@ -15,12 +15,12 @@ The choice is logged once, on the first message decoded.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import Any, Iterable
 
 from evidence_contract import schema_name_for
 from server.logs import event_logger
+from server.settings import native_setting
 
 __all__ = ["COPY_SIGNATURE", "COPY_TRAILER", "IMPLEMENTATION", "decode", "decode_batch",
            "leaf_hash", "select"]
@@ -60,7 +60,7 @@ def select(mode: str | None) -> ModuleType | None:
     return native
 
 
-_native = select(os.environ.get("EVIDENCE_NATIVE"))
+_native = select(native_setting())
 IMPLEMENTATION = "native" if _native is not None else "pure"
 """Which row path this process takes: ``"native"`` or ``"pure"``."""
 

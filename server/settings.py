@@ -30,7 +30,7 @@ from evidence_contract.topics import TopicNames
 
 __all__ = ["CONNECTION_OPTIONS", "DEFAULT_BOOTSTRAP", "DEFAULT_DATABASE_URL",
            "DEFAULT_TOPIC_PREFIX", "DEFAULT_VIEWS_SCHEMA", "Connection", "SettingsError",
-           "add_connection_options", "read", "value"]
+           "add_connection_options", "native_setting", "read", "value"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TOPIC_PREFIX = "evidence"
@@ -92,6 +92,13 @@ def read(env: Mapping[str, str] | None,
                 raise SettingsError(f"{name}={raw!r} must be at least {low}")
         out[field_name] = converted
     return out
+
+
+def native_setting(env: Mapping[str, str] | None = None) -> str:
+    """``EVIDENCE_NATIVE``: whether the writer's seal path and the projector's row path are
+    the compiled ones (``auto``, ``1``, ``0``; ``writer.native`` and ``projections.fastrows``
+    check the value when they choose, at import)."""
+    return value(os.environ if env is None else env, "EVIDENCE_NATIVE") or "auto"
 
 
 @dataclass(frozen=True)

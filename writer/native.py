@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from evidence_contract import EvidenceError, record_fingerprint_for, schema_name_for
 from evidence_contract.merkle import LEAF_LABEL
 from server.logs import event_logger
+from server.settings import native_setting
 from writer.capture import self_check
 
 __all__ = ["ENV", "MODULE", "NativeSealError", "Selection", "kernel", "select"]
 
-ENV = "EVIDENCE_NATIVE"
+ENV = "EVIDENCE_NATIVE"  # named in messages; read by server.settings.native_setting
 MODULE = "evidence_seal_native"
 
 log = event_logger("evidence.writer")
@@ -102,7 +102,7 @@ def _selected(setting: str) -> Selection:
 def select(env: Mapping[str, str] | None = None) -> Selection:
     """The seal path ``EVIDENCE_NATIVE`` asks for (see the module docstring), chosen and
     logged once per setting and process."""
-    return _selected((os.environ if env is None else env).get(ENV, "auto"))
+    return _selected(native_setting(env))
 
 
 def kernel(writer: Mapping[str, str], native: bool | None = None) -> Any:
