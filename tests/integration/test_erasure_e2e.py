@@ -97,8 +97,9 @@ def test_an_erased_subject_answers_erased_everywhere_and_its_evidence_still_veri
                           "--request-id", "dsr-e2e", "--wait", "45"], env=env,
                          capture_output=True, timeout=90, cwd=ROOT)
     assert out.returncode == 0, out.stderr.decode()
-    receipt = open_receipt(out.stdout, log_signing_key()[0].verifier)
-    assert receipt.key_ids == (ada_key.key_id,)
+    request_id, note = out.stdout.split(b"\n", 1)  # the request id, then the receipt
+    receipt = open_receipt(note, log_signing_key()[0].verifier)
+    assert request_id == b"dsr-e2e" and receipt.key_ids == (ada_key.key_id,)
 
     # Replay of the erased subject: ReplayErased, never a miss or a provider call.
     seen = len(fake.seen)
