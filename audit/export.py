@@ -155,16 +155,17 @@ def build_export(message: bytes, partition: int, offset: int,
             check("content_key = sha256(0x00 || request bytes)",
                   "{ printf '\\000'; cat request.bin; } | sha256sum | cut -d' ' -f1",
                   body["content_key"])
+        # A 1.0 body has no input_bytes, prompt_bytes or chunk_bytes (2.0 added them).
         for kept, digest, prefix in (("input_bytes", "input_digest", 2),
                                      ("prompt_bytes", "prompt_digest", 3)):
-            if body[kept] is not None and body[digest] is not None:
+            if body.get(kept) is not None and body[digest] is not None:
                 name = kept.replace("_bytes", ".bin")
                 files[name] = bytes(body[kept])
                 check(f"{digest} = sha256(0x{prefix:02x} || {kept.replace('_bytes', '')} bytes)",
                       f"{{ printf '\\{prefix:03o}'; cat {name}; }} | sha256sum | cut -d' ' -f1",
                       body[digest])
         for i, chunk in enumerate(body["retrieval"]):
-            if chunk["chunk_bytes"] is not None:
+            if chunk.get("chunk_bytes") is not None:
                 name = f"chunk-{i}.bin"
                 files[name] = bytes(chunk["chunk_bytes"])
                 check(f"retrieval[{i}].chunk_digest = sha256(0x06 || chunk bytes)",

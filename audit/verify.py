@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 from evidence_contract import (
     DecodeError,
     GENESIS,
+    HEADER_SIZE,
     canonical_body_bytes,
     chain,
     chunk_digest,
@@ -187,7 +188,9 @@ class LogAuditor:
                                  offset))
         if st.head.seq > before.seq:
             st.last_pos, st.prev_of_last, st.forks = (partition, offset), prev, {}
-        if canonical_body_bytes(body) != stored_body:
+        # The body's own contract version (the record's header): a 2.0 or 1.0 body is
+        # canonical under its schema, not under the current one.
+        if canonical_body_bytes(body, bytes(value[2:HEADER_SIZE])) != stored_body:
             self._find("non_canonical_body", *where,
                        "stored body bytes are not the canonical Avro binary of the body")
         if body.get("encryption") is not None:
@@ -222,6 +225,8 @@ class LogAuditor:
         st.last_pos = st.forks.pop(writer_digest)
 
     def _check_body(self, body: dict[str, Any], where: tuple) -> None:
+        # A 1.0 body has no input_bytes, prompt_bytes, chunk_bytes, request_length or
+        # response_length (contract 2.0 added them): there is nothing of those to check.
         if body["request_bytes"] is not None and \
                 content_key(body["request_bytes"]) != bytes(body["content_key"]):
             self._find("content_key_mismatch", *where,
@@ -232,18 +237,18 @@ class LogAuditor:
                        "response_digest does not recompute from response_bytes")
         for kept, digest, fn in (("input_bytes", "input_digest", input_digest),
                                  ("prompt_bytes", "prompt_digest", prompt_digest)):
-            if body[kept] is not None and (body[digest] is None
+            if body.get(kept) is not None and (body[digest] is None
                                            or fn(body[kept]) != bytes(body[digest])):
                 self._find(f"{digest}_mismatch", *where,
                            f"{digest} does not recompute from {kept}")
         for i, chunk in enumerate(body["retrieval"]):
-            if chunk["chunk_bytes"] is not None and \
+            if chunk.get("chunk_bytes") is not None and \
                     chunk_digest(chunk["chunk_bytes"]) != bytes(chunk["chunk_digest"]):
                 self._find("chunk_digest_mismatch", *where,
                            f"retrieval[{i}].chunk_digest does not recompute from its chunk_bytes")
         for name, data in (("request_length", body["request_bytes"]),
                            ("response_length", body["response_bytes"])):
-            if data is not None and body[name] != len(data):
+            if data is not None and name in body and body[name] != len(data):
                 self._find("length_mismatch", *where,
                            f"{name} is {body[name]} but the record keeps {len(data)} bytes")
         # Like response_digest, output_digest is recomputed where the response is kept (a

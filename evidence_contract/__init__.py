@@ -11,7 +11,8 @@ Schemas (``avro/*.avsc``, record contract 2.1, namespace ``evidence.v2``), named
 ``SCHEMA_NAMES``; each file is self-contained (EvidenceRecord carries CaptureEvent inline) and
 defines every named type once, so every Avro implementation computes the same fingerprint.
 A 1.0 capture has another fingerprint and the writer rejects it (UNKNOWN_FINGERPRINT); a 2.0
-one (``avro/history/``) is read with its own schema and sealed as a 2.0 record:
+one (``avro/history/``) is read with its own schema and sealed as a 2.0 record. Every record
+ever sealed, 1.0 included, decodes with the EvidenceRecord schema it was sealed with:
     CaptureEvent     what services send to evidence.intake; the record ``body``
     EvidenceRecord   ``body`` + the writer's ``seal``, on evidence.log
     WriterHead       the writer's restart state per stream

@@ -89,7 +89,9 @@ class _Loaded:
         self.parsed = fastavro.parse_schema(copy.deepcopy(schema_json))
         self.canonical: str = to_parsing_canonical_form(self.parsed)
         defined, referenced = named_types(self.canonical)
-        if referenced or len(set(defined)) != len(defined):
+        # An earlier version is what it was: contract 1.0 defined Sha256 once and referred to
+        # it by name after that (it parses alone all the same, or fastavro says so above).
+        if (referenced and current) or len(set(defined)) != len(defined):
             raise RuntimeError(f"{name}.avsc must define each named type once and never refer "
                                f"to one by name (defined {defined}, referenced {referenced})")
         # fastavro returns the hex of the 8 little-endian bytes, which is exactly the
@@ -112,9 +114,12 @@ not resolved: a record's digests cover its body bytes under the schema it was se
 so a later version of the record contract reads each record with its own schema."""
 
 SEALED_HISTORY = ("CaptureEvent", "EvidenceRecord")
-"""Schemas whose earlier versions are read with their own schema, never resolved (record
-contract 2.0, before ``encryption``): a 2.0 capture is sealed as a 2.0 EvidenceRecord, byte
-for byte, and decodes as a dict without the fields added since."""
+"""Schemas whose earlier versions are read with their own schema, never resolved: a 2.0
+capture is sealed as a 2.0 EvidenceRecord, byte for byte, and decodes as a dict without the
+fields added since (``encryption``). Every EvidenceRecord ever sealed is here, 1.0 included
+(``EvidenceRecord.90d30cf5699b4afc``, CaptureEvent 1.0 inline, digests as the ``Sha256``
+fixed type, none of the fields 2.0 added): a sealed record is read by every later version.
+The 1.0 CaptureEvent is not, so intake still refuses a 1.0 capture by its fingerprint."""
 
 
 def _load_history(current: dict[str, _Loaded]) -> list[_Loaded]:

@@ -416,12 +416,15 @@ def canonical_body_bytes(body: dict[str, Any], capture_fp: bytes | None = None) 
 
     No validation (the values came out of the decoder, so they fit the schema); for dicts
     built by hand use ``body_bytes``. Avro binary written by fastavro is canonical: minimal
-    varints and each non-empty array as one block. ``capture_fp`` names the CaptureEvent
-    version the body was read with (default: the current one).
+    varints and each non-empty array as one block. ``capture_fp`` names the version the body
+    was read with (default: the current one): a CaptureEvent fingerprint, or the fingerprint
+    of the EvidenceRecord it is the body of (a sealed record's header, ``record[2:10]``: the
+    body of a 1.0 record has no CaptureEvent of its own among the schemas).
     """
     schema = SCHEMAS["CaptureEvent"] if capture_fp is None else BY_FINGERPRINT[bytes(capture_fp)]
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, schema.parsed, body)
+    fastavro.schemaless_writer(
+        out, schema.body_parsed if schema.name == "EvidenceRecord" else schema.parsed, body)
     return out.getvalue()
 
 

@@ -64,6 +64,16 @@ INSPECT = textwrap.dedent("""
     }))
 """)
 
+# Run inside the fresh venv: the installed contract reads its .avsc files from the wheel.
+DECODE = textwrap.dedent("""
+    import json, sys
+    import evidence_contract
+    from evidence_contract.files import SCHEMAS_DIR
+    print(json.dumps({"schemas_dir": str(SCHEMAS_DIR), "versions": [
+        evidence_contract.split_record(bytes.fromhex(v))[1]["body"]["schema_version"]
+        for v in json.loads(sys.argv[1])]}))
+""")
+
 APP = textwrap.dedent("""
     # An application that happens to have packages called `api` and `schemas` of its own.
     import json, os, sys
@@ -164,6 +174,15 @@ def test_client_wheel_installs_alone_and_records_into_the_log(
     with zipfile.ZipFile(client_wheel) as z:
         built_recorder = z.read("evidence_client/recorder.py")
     assert Path(inspect["recorder_file"]).read_bytes() == built_recorder, "not the built wheel"
+
+    # The contract's schema files ship in its wheel: a record of every contract version ever
+    # sealed (tests/golden/) decodes there, with the schemas of avro/history/.
+    golden = {p.stem.removeprefix("contract-"): json.loads(p.read_text())["records"][0]["value"]
+              for p in sorted((ROOT / "tests" / "golden").glob("contract-*.json"))}
+    decoded = json.loads(_run([str(py), "-I", "-c", DECODE, json.dumps(list(golden.values()))],
+                              60, cwd=tmp_path, env=_clean_env()).stdout)
+    assert decoded["schemas_dir"].startswith(site), decoded
+    assert decoded["versions"] == list(golden) and "1.0" in golden, decoded
 
     # 3. The application, with its own `api` and `schemas` packages.
     app = tmp_path / "app"

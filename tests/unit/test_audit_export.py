@@ -71,11 +71,11 @@ def test_a_record_of_the_earlier_contract_version_exports_and_verifies(tmp_path)
     import fastavro
 
     from evidence_contract import record_digest
-    from evidence_contract._avro import HISTORY
+    from evidence_contract._avro import BY_FINGERPRINT, HISTORY, RECORD_FOR_CAPTURE
     from evidence_contract.codec import encode_sealed
 
     old_capture = next(s for s in HISTORY if s.name == "CaptureEvent")
-    old_record = next(s for s in HISTORY if s.name == "EvidenceRecord")
+    old_record = BY_FINGERPRINT[RECORD_FOR_CAPTURE[old_capture.fingerprint]]
     b = answering(body("acme:bot", 1), "an answer")
     b.pop("encryption", None)
     b["schema_version"] = "2.0"

@@ -30,7 +30,7 @@ from psycopg._copy_base import BinaryFormatter
 from psycopg.adapt import Transformer
 
 from evidence_contract import GENESIS, canonical_body_bytes, encode_sealed
-from evidence_contract._avro import HISTORY, SCHEMAS
+from evidence_contract._avro import BY_FINGERPRINT, HISTORY, RECORD_FOR_CAPTURE, SCHEMAS
 from evidence_contract.codec import MARKER
 from evidence_contract.merkle import record_leaf_hash
 from projections import fastrows
@@ -43,7 +43,11 @@ from tests.fixtures.log import WRITER, make_body
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "schemas" / "vectors.json").read_text())
-OLD = {s.name: s for s in HISTORY if s.name in ("CaptureEvent", "EvidenceRecord")}
+# Contract 2.0: its CaptureEvent, and the EvidenceRecord a 2.0 capture is sealed under (1.0's
+# is in the history too, and not what a 2.0 body is sealed with).
+_CAPTURE_2_0 = next(s for s in HISTORY if s.name == "CaptureEvent")
+OLD = {"CaptureEvent": _CAPTURE_2_0,
+       "EvidenceRecord": BY_FINGERPRINT[RECORD_FOR_CAPTURE[_CAPTURE_2_0.fingerprint]]}
 
 
 @pytest.fixture(scope="module")
