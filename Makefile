@@ -35,11 +35,13 @@ down:
 	 else echo "nothing to stop: $(VENV) does not exist"; fi
 
 ## test: the layer contract (.importlinter), the same set-up, then the whole suite against
-##       that real Kafka and PostgreSQL
+##       that real Kafka and PostgreSQL, on TEST_WORKERS parallel pytest-xdist workers
+##       (default 4: a test mostly waits on Kafka and PostgreSQL, so 2 cores keep 4 busy;
+##       TEST_WORKERS=0 runs it in one process)
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m devstack up
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(or $(TEST_WORKERS),4) --dist load $(PYTEST_ARGS)
 
 ## unit: the pure tests only, no services
 unit: $(STAMP)
