@@ -36,6 +36,7 @@ import pytest
 
 import evidence_contract as contract
 from tests.fixtures import toolchains
+from tests.fixtures.builds import one_builder
 from tests.fixtures.writer import read_all, verify_log
 
 BUILD_TIMEOUT = 900  # a cold build downloads Maven and Go dependencies
@@ -80,6 +81,11 @@ def _run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 120,
 
 def _cached_build(lang: str, key: str, build) -> Path:
     """``build(tmpdir)`` fills a fresh dir; it becomes CACHE/lang/key. Older keys are dropped."""
+    with one_builder(CACHE / lang):
+        return _build_once(lang, key, build)
+
+
+def _build_once(lang: str, key: str, build) -> Path:
     final = CACHE / lang / key
     if (final / "ok").exists():
         return final

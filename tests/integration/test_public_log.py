@@ -42,6 +42,7 @@ from evidence_contract.note import (
 from evidence_contract.tiles import TileReader, encode_entry_bundle
 from evidence_contract.tlog import open_stream_checkpoint
 from tests.fixtures import toolchains
+from tests.fixtures.builds import one_builder
 from tests.fixtures.api_server import serve_api
 from tests.fixtures.readmodel import ReadModel
 
@@ -72,6 +73,11 @@ def _sources_hash() -> str:
 
 @pytest.fixture(scope="module")
 def tilesverify() -> Path:
+    with one_builder(CACHE):
+        return _build_tilesverify()
+
+
+def _build_tilesverify() -> Path:
     try:
         go = toolchains.go()
     except OSError as e:  # no Go installed and the toolchain could not be fetched

@@ -51,6 +51,7 @@ from evidence_contract.note import (
     sign,
 )
 from tests.fixtures import toolchains
+from tests.fixtures.builds import one_builder
 
 BUILD_TIMEOUT = 600  # a cold build downloads the pinned modules
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 120)
@@ -84,6 +85,11 @@ def _sources_hash() -> str:
 
 @pytest.fixture(scope="module")
 def tlogverify() -> Path:
+    with one_builder(CACHE):
+        return _build_tlogverify()
+
+
+def _build_tlogverify() -> Path:
     try:
         go = toolchains.go()
     except OSError as e:  # no Go installed and the toolchain could not be fetched
