@@ -60,18 +60,3 @@ def pytest_make_parametrize_id(config, val, argname):
     for pattern, placeholder in _RANDOM_IN_IDS:
         stable = pattern.sub(placeholder, stable)
     return stable if stable != val else None
-
-
-# Modules of the longest tests (a minute or more each beside the others; see `--durations`),
-# started first: the parallel workers take them side by side at the start, instead of one
-# worker running them one after another at the end while the others idle. The rest keeps its
-# order.
-_LONG_FIRST = ("test_writer_heals.py", "test_chaos_short.py", "test_api_fuzz.py",
-               "test_writer.py", "test_audit_tlog_witness.py", "test_bench_harness.py",
-               "test_projections_heal.py", "test_witness_attack.py", "test_scale_out.py",
-               "test_projections_crash.py", "test_examples_polyglot.py", "test_litewitness.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(_LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
