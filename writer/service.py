@@ -86,7 +86,7 @@ __all__ = ["EXIT_FENCED", "WriterService"]
 
 EXIT_FENCED = 3
 """Exit code of a writer fenced by a live rival: "do not restart me" (devstack.supervise)."""
-FATAL_EVENT_WAIT_S = 2.0  # how long a call failed with _FATAL waits for the fatal error event
+FATAL_EVENT_WAIT_S = 10.0  # how long a call failed with _FATAL waits for the fatal error event
 FENCING_WAIT_S = 5.0  # how long a fenced writer waits for a rival to join the group
 FENCING_WINDOW_S, FENCINGS_FOR_RIVAL = 120.0, 3  # this many fencings in the window: a rival
 BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 30.0, 30.0
