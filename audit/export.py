@@ -112,6 +112,18 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+class _Checks:
+    """The checks VERIFY.md lists, in order; called as ``check(name, command, expected)``,
+    an expected value in bytes is shown as hex."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, str]] = []
+
+    def __call__(self, name: str, command: str, expected: bytes | str) -> None:
+        exp = expected.hex() if isinstance(expected, (bytes, bytearray)) else expected
+        self.items.append({"name": name, "command": command, "expected": exp})
+
+
 def build_export(message: bytes, partition: int, offset: int,
                  proof: TreeProof | None = None, erased: Erased | None = None
                  ) -> tuple[dict[str, bytes], list[dict[str, str]]]:
@@ -129,12 +141,32 @@ def build_export(message: bytes, partition: int, offset: int,
     if erased is not None and encryption is None:
         raise ValueError("only an encrypted record can be erased: this one is plain")
     files: dict[str, bytes] = {"record.avro": bytes(message), "body.avro": stored_body}
-    checks: list[dict[str, str]] = []
+    check = _Checks()
+    header = _framing_checks(check, message, stored_body)
+    unverifiable = None
+    if encryption is None:
+        unverifiable = _content_checks(files, check, body)
+    record_digest_cmd = _record_digest_check(check, seal)
+    if proof is not None:
+        _tree_checks(files, check, proof, message, seal["seq"], record_digest_cmd)
+        if erased is not None and erased.receipt is not None:
+            _receipt_check(files, check, proof, erased, encryption["key_id"])
 
-    def check(name: str, command: str, expected: bytes | str) -> None:
-        exp = expected.hex() if isinstance(expected, (bytes, bytearray)) else expected
-        checks.append({"name": name, "command": command, "expected": exp})
+    doc = {
+        "log": {"partition": partition, "offset": offset},
+        "schema": {"name": "EvidenceRecord", "fingerprint": header[2:].hex()},
+        "body": _jsonable(body),
+        "seal": _jsonable(seal),
+    }
+    files["record.json"] = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+    files["VERIFY.md"] = _verify_md(body, seal, check.items, unverifiable, proof,
+                                    erased).encode()
+    return files, check.items
 
+
+def _framing_checks(check: _Checks, message: bytes, stored_body: bytes) -> bytes:
+    """Check the single-object header and where the body lies in the message; return the
+    header."""
     # split_record accepted it: an EvidenceRecord of a schema version the contract reads
     # (the current one, schemas/avro/, or an earlier one, schemas/avro/history/)
     header = bytes(message[:HEADER_SIZE])
@@ -148,47 +180,55 @@ def build_export(message: bytes, partition: int, offset: int,
           f"tail -c +{HEADER_SIZE + 1} record.avro | head -c {len(stored_body)} | sha256sum "
           "| cut -d' ' -f1", body_sha)
     check("body.avro is exactly those bytes", "sha256sum body.avro | cut -d' ' -f1", body_sha)
-    unverifiable = None
-    if encryption is None:
-        if body["request_bytes"] is not None:
-            files["request.bin"] = bytes(body["request_bytes"])
-            check("content_key = sha256(0x00 || request bytes)",
-                  "{ printf '\\000'; cat request.bin; } | sha256sum | cut -d' ' -f1",
-                  body["content_key"])
-        # A 1.0 body has no input_bytes, prompt_bytes or chunk_bytes (2.0 added them).
-        for kept, digest, prefix in (("input_bytes", "input_digest", 2),
-                                     ("prompt_bytes", "prompt_digest", 3)):
-            if body.get(kept) is not None and body[digest] is not None:
-                name = kept.replace("_bytes", ".bin")
-                files[name] = bytes(body[kept])
-                check(f"{digest} = sha256(0x{prefix:02x} || {kept.replace('_bytes', '')} bytes)",
-                      f"{{ printf '\\{prefix:03o}'; cat {name}; }} | sha256sum | cut -d' ' -f1",
-                      body[digest])
-        for i, chunk in enumerate(body["retrieval"]):
-            if chunk.get("chunk_bytes") is not None:
-                name = f"chunk-{i}.bin"
-                files[name] = bytes(chunk["chunk_bytes"])
-                check(f"retrieval[{i}].chunk_digest = sha256(0x06 || chunk bytes)",
-                      f"{{ printf '\\006'; cat {name}; }} | sha256sum | cut -d' ' -f1",
-                      chunk["chunk_digest"])
-        if body["response_bytes"] is not None:
-            files["response.bin"] = bytes(body["response_bytes"])
-            if body["response_digest"] is not None:
-                check("response_digest = sha256(0x01 || response bytes)",
-                      "{ printf '\\001'; cat response.bin; } | sha256sum | cut -d' ' -f1",
-                      body["response_digest"])
-        if body["error_bytes"] is not None:
-            files["error.bin"] = bytes(body["error_bytes"])
-        if body["output_digest"] is not None and body["response_bytes"] is not None:
-            found, reason = extract_output(body)
-            if found.state == EXTRACTED:
-                files["output.txt"] = found.text.encode("utf-8")
-                check("output_digest = sha256(0x04 || UTF-8 output text)",
-                      "{ printf '\\004'; cat output.txt; } | sha256sum | cut -d' ' -f1",
-                      body["output_digest"])
-            else:
-                unverifiable = (f"it {reason}" if reason else
-                                f"its {found.kind} response holds no output text")
+    return header
+
+
+def _digest_cmd(prefix: int, name: str) -> str:
+    """The shell command that prints sha256(prefix byte || the bytes of file ``name``)."""
+    return f"{{ printf '\\{prefix:03o}'; cat {name}; }} | sha256sum | cut -d' ' -f1"
+
+
+def _content_checks(files: dict[str, bytes], check: _Checks, body: dict[str, Any]) -> str | None:
+    """Write a plain record's content files, each with the check of the digest sealed over
+    it; return why the output digest cannot be checked, or None."""
+    if body["request_bytes"] is not None:
+        files["request.bin"] = bytes(body["request_bytes"])
+        check("content_key = sha256(0x00 || request bytes)", _digest_cmd(0, "request.bin"),
+              body["content_key"])
+    # A 1.0 body has no input_bytes, prompt_bytes or chunk_bytes (2.0 added them).
+    for kept, digest, prefix in (("input_bytes", "input_digest", 2),
+                                 ("prompt_bytes", "prompt_digest", 3)):
+        if body.get(kept) is not None and body[digest] is not None:
+            name = kept.replace("_bytes", ".bin")
+            files[name] = bytes(body[kept])
+            check(f"{digest} = sha256(0x{prefix:02x} || {kept.replace('_bytes', '')} bytes)",
+                  _digest_cmd(prefix, name), body[digest])
+    for i, chunk in enumerate(body["retrieval"]):
+        if chunk.get("chunk_bytes") is not None:
+            name = f"chunk-{i}.bin"
+            files[name] = bytes(chunk["chunk_bytes"])
+            check(f"retrieval[{i}].chunk_digest = sha256(0x06 || chunk bytes)",
+                  _digest_cmd(6, name), chunk["chunk_digest"])
+    if body["response_bytes"] is not None:
+        files["response.bin"] = bytes(body["response_bytes"])
+        if body["response_digest"] is not None:
+            check("response_digest = sha256(0x01 || response bytes)",
+                  _digest_cmd(1, "response.bin"), body["response_digest"])
+    if body["error_bytes"] is not None:
+        files["error.bin"] = bytes(body["error_bytes"])
+    if body["output_digest"] is None or body["response_bytes"] is None:
+        return None
+    found, reason = extract_output(body)
+    if found.state != EXTRACTED:
+        return f"it {reason}" if reason else f"its {found.kind} response holds no output text"
+    files["output.txt"] = found.text.encode("utf-8")
+    check("output_digest = sha256(0x04 || UTF-8 output text)", _digest_cmd(4, "output.txt"),
+          body["output_digest"])
+    return None
+
+
+def _record_digest_check(check: _Checks, seal: dict[str, Any]) -> str:
+    """Check the chain link ``record_digest``; return the command that prints it."""
     seq_be = seal["seq"].to_bytes(8, "big")
     at_be = seal["occurred_at"].to_bytes(8, "big")
     record_digest_cmd = ("{ printf '\\005'; "
@@ -198,23 +238,10 @@ def build_export(message: bytes, partition: int, offset: int,
     check(f"record_digest = sha256(0x05 || prev_digest || be64(seq={seal['seq']}) || "
           f"be64(occurred_at={seal['occurred_at']}) || body.avro)",
           record_digest_cmd, seal["record_digest"])
-    if proof is not None:
-        _tree_checks(files, check, proof, message, seal["seq"], record_digest_cmd)
-        if erased is not None and erased.receipt is not None:
-            _receipt_check(files, check, proof, erased, encryption["key_id"])
-
-    doc = {
-        "log": {"partition": partition, "offset": offset},
-        "schema": {"name": "EvidenceRecord", "fingerprint": header[2:].hex()},
-        "body": _jsonable(body),
-        "seal": _jsonable(seal),
-    }
-    files["record.json"] = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
-    files["VERIFY.md"] = _verify_md(body, seal, checks, unverifiable, proof, erased).encode()
-    return files, checks
+    return record_digest_cmd
 
 
-def _receipt_check(files: dict[str, bytes], check, proof: TreeProof, erased: Erased,
+def _receipt_check(files: dict[str, bytes], check: _Checks, proof: TreeProof, erased: Erased,
                    key_id: str) -> None:
     from evidence_contract.erasure import open_receipt
 
@@ -229,12 +256,7 @@ def _receipt_check(files: dict[str, bytes], check, proof: TreeProof, erased: Era
     check(f"the log ({proof.log_key.name}, log.vkey) signed erasure.note, the receipt of "
           f"request {req.request_id}, naming this record's key (Ed25519 over its {text_lines} "
           f"lines of text)",
-          "\n".join([_pem_cmd("log.vkey", 1, "log.pem"),
-                     f"head -n {text_lines} erasure.note > erasure.txt",
-                     f"grep -F '\u2014 {proof.log_key.name} ' erasure.note | head -n 1 | "
-                     "cut -d' ' -f3 | base64 -d | tail -c 64 > erasure.sig",
-                     "openssl pkeyutl -verify -pubin -inkey log.pem -rawin -in erasure.txt "
-                     "-sigfile erasure.sig"]),
+          _log_signature_cmd(proof.log_key.name, "erasure.note", text_lines, "erasure"),
           "Signature Verified Successfully")
 
 
@@ -246,8 +268,22 @@ def _pem_cmd(vkey_file: str, line: int, pem: str) -> str:
             f"echo '-----END PUBLIC KEY-----'; }} > {pem}")
 
 
-def _tree_checks(files: dict[str, bytes], check, proof: TreeProof, message: bytes, seq: int,
-                 record_digest_cmd: str) -> None:
+def _log_signature_cmd(log_name: str, note: str, text_lines: int, stem: str,
+                       sig: str | None = None) -> str:
+    """The commands that check the log's Ed25519 signature over the first ``text_lines``
+    lines of ``note`` (writing ``<stem>.txt`` and the signature to ``sig``, else
+    ``<stem>.sig``), with the key of log.vkey."""
+    sig = sig or f"{stem}.sig"
+    return "\n".join([_pem_cmd("log.vkey", 1, "log.pem"),
+                      f"head -n {text_lines} {note} > {stem}.txt",
+                      f"grep -F '\u2014 {log_name} ' {note} | head -n 1 | "
+                      f"cut -d' ' -f3 | base64 -d | tail -c 64 > {sig}",
+                      f"openssl pkeyutl -verify -pubin -inkey log.pem -rawin -in {stem}.txt "
+                      f"-sigfile {sig}"])
+
+
+def _tree_checks(files: dict[str, bytes], check: _Checks, proof: TreeProof, message: bytes,
+                 seq: int, record_digest_cmd: str) -> None:
     from evidence_contract.merkle import record_leaf_hash, verify_inclusion
     from evidence_contract.tlog import open_stream_checkpoint
 
@@ -272,45 +308,50 @@ def _tree_checks(files: dict[str, bytes], check, proof: TreeProof, message: byte
           "(line 3, base64, shown in hex)",
           "echo \"$(sed -n 2p checkpoint.note) $(sed -n 3p checkpoint.note | base64 -d "
           "| od -An -tx1 | tr -d ' \\n')\"", f"{cp.size} {cp.root_hash.hex()}")
-    fold = [_HEX2BIN, f"rd=$({record_digest_cmd})",
-            "h=$({ printf '" + _octal(b"\x00" + LEAF_LABEL) + "'; hex2bin \"$rd\"; "
-            "hex2bin \"$(sha256sum record.avro | cut -d' ' -f1)\"; } | sha256sum | cut -d' ' -f1)"]
-    for side, h in inclusion_steps(seq - 1, proof.tree_size, proof.hashes):
-        pair = (f"hex2bin {h.hex()}; hex2bin \"$h\"" if side == "left"
-                else f"hex2bin \"$h\"; hex2bin {h.hex()}")
-        fold.append(f"h=$({{ printf '\\001'; {pair}; }} | sha256sum | cut -d' ' -f1)")
-    fold.append("echo \"$h\"")
     check(f"the record is leaf {seq - 1} of that tree: its leaf hash sha256(0x00 || "
           f"\"evidence-store/v2 record\\n\" || record_digest || sha256(record.avro)), folded "
           f"with the {len(proof.hashes)} hashes of inclusion.json (RFC 9162: each step is "
           "sha256(0x01 || left || right)), gives the checkpoint's root",
-          "\n".join(fold), cp.root_hash)
+          _fold_cmd(record_digest_cmd, seq - 1, proof), cp.root_hash)
     check(f"the log ({proof.log_key.name}, log.vkey) signed checkpoint.note (Ed25519 over its "
           "first three lines)",
-          "\n".join([_pem_cmd("log.vkey", 1, "log.pem"),
-                     "head -n 3 checkpoint.note > checkpoint.txt",
-                     f"grep -F '\u2014 {proof.log_key.name} ' checkpoint.note | head -n 1 | "
-                     "cut -d' ' -f3 | base64 -d | tail -c 64 > log.sig",
-                     "openssl pkeyutl -verify -pubin -inkey log.pem -rawin -in checkpoint.txt "
-                     "-sigfile log.sig"]),
+          _log_signature_cmd(proof.log_key.name, "checkpoint.note", 3, "checkpoint", "log.sig"),
           "Signature Verified Successfully")
     for i, k in enumerate(cosigners, 1):
         sig = next(s for s in note.verified if (s.name, s.key_id) == (k.name, k.key_id))
-        ts = cosignature_timestamp(sig)
-        check(f"witness {k.name} (witnesses.vkey line {i}) cosigned it at {ts} "
-              "(cosignature/v1: Ed25519 over \"cosignature/v1\\ntime <t>\\n\" and the three "
-              "lines; the signature line holds key id, be64(t), signature)",
-              "\n".join([_pem_cmd("witnesses.vkey", i, f"witness-{i}.pem"),
-                         f"grep -F '\u2014 {k.name} ' checkpoint.note | head -n 1 | cut -d' ' "
-                         f"-f3 | base64 -d > witness-{i}.sig",
-                         f"t=$(printf '%d' \"0x$(tail -c +5 witness-{i}.sig | head -c 8 | od -An "
-                         "-tx1 | tr -d ' \\n')\")",
-                         f"{{ printf 'cosignature/v1\\ntime %d\\n' \"$t\"; head -n 3 "
-                         f"checkpoint.note; }} > witness-{i}.msg",
-                         f"tail -c 64 witness-{i}.sig > witness-{i}.ed25519",
-                         f"openssl pkeyutl -verify -pubin -inkey witness-{i}.pem -rawin -in "
-                         f"witness-{i}.msg -sigfile witness-{i}.ed25519"]),
-              "Signature Verified Successfully")
+        _cosignature_check(check, i, k.name, cosignature_timestamp(sig))
+
+
+def _fold_cmd(record_digest_cmd: str, index: int, proof: TreeProof) -> str:
+    """The commands that hash the record's leaf and fold the inclusion proof over it, printing
+    the root they reach (hex)."""
+    fold = [_HEX2BIN, f"rd=$({record_digest_cmd})",
+            "h=$({ printf '" + _octal(b"\x00" + LEAF_LABEL) + "'; hex2bin \"$rd\"; "
+            "hex2bin \"$(sha256sum record.avro | cut -d' ' -f1)\"; } | sha256sum | cut -d' ' -f1)"]
+    for side, h in inclusion_steps(index, proof.tree_size, proof.hashes):
+        pair = (f"hex2bin {h.hex()}; hex2bin \"$h\"" if side == "left"
+                else f"hex2bin \"$h\"; hex2bin {h.hex()}")
+        fold.append(f"h=$({{ printf '\\001'; {pair}; }} | sha256sum | cut -d' ' -f1)")
+    fold.append("echo \"$h\"")
+    return "\n".join(fold)
+
+
+def _cosignature_check(check: _Checks, i: int, name: str, ts: int) -> None:
+    """Check the ``cosignature/v1`` of the witness on line ``i`` of witnesses.vkey."""
+    check(f"witness {name} (witnesses.vkey line {i}) cosigned it at {ts} "
+          "(cosignature/v1: Ed25519 over \"cosignature/v1\\ntime <t>\\n\" and the three "
+          "lines; the signature line holds key id, be64(t), signature)",
+          "\n".join([_pem_cmd("witnesses.vkey", i, f"witness-{i}.pem"),
+                     f"grep -F '\u2014 {name} ' checkpoint.note | head -n 1 | cut -d' ' "
+                     f"-f3 | base64 -d > witness-{i}.sig",
+                     f"t=$(printf '%d' \"0x$(tail -c +5 witness-{i}.sig | head -c 8 | od -An "
+                     "-tx1 | tr -d ' \\n')\")",
+                     f"{{ printf 'cosignature/v1\\ntime %d\\n' \"$t\"; head -n 3 "
+                     f"checkpoint.note; }} > witness-{i}.msg",
+                     f"tail -c 64 witness-{i}.sig > witness-{i}.ed25519",
+                     f"openssl pkeyutl -verify -pubin -inkey witness-{i}.pem -rawin -in "
+                     f"witness-{i}.msg -sigfile witness-{i}.ed25519"]),
+          "Signature Verified Successfully")
 
 
 def _content_md(body: dict[str, Any], erased: Erased | None, proof: bool) -> list[str]:
