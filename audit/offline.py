@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 from evidence_contract import DecodeError, iso_micros, split_record
 from evidence_contract.chain import Head
 from evidence_contract.merkle import ProofError, record_leaf_hash, verify_inclusion
-from evidence_contract.note import NoteError, VerifierKey, format_vkey, parse_vkey
+from evidence_contract.note import Checkpoint, NoteError, VerifierKey, format_vkey, parse_vkey
 from evidence_contract.tlog import open_stream_checkpoint
 
 from audit.verify import LogAuditor, StreamState
@@ -81,33 +81,14 @@ def verify_export(files: Mapping[str, bytes], log_key: VerifierKey | None = None
     encryption = body.get("encryption")
     v.summary["content"] = "plain" if encryption is None else (
         "erased" if "erasure.note" in files else "encrypted")
-    # The audit's checks, from a head just before this record (the chain below it is the
-    # previous records' exports' business): record_digest and every body digest recompute.
-    auditor = LogAuditor()
-    auditor.streams[stream] = StreamState(Head(stream, seq - 1, bytes(seal["prev_digest"])))
-    auditor.add(0, 0, message)
-    v.add("record_digest and every digest of the body recompute", not auditor.findings,
-          "; ".join(f"{f.kind}: {f.detail}" for f in auditor.findings))
-    if "body.avro" in files:
-        v.add("body.avro is the record's body", files["body.avro"] == stored_body)
-    for name, fieldname in _COPIES.items():
-        if name in files:
-            v.add(f"{name} is the record's {fieldname}",
-                  body[fieldname] is not None and files[name] == bytes(body[fieldname]))
+    _check_record(v, files, message, stored_body, body, seal)
     note = files.get("checkpoint.note")
     if note is None:
         v.add("a signed checkpoint proves the record is in the log", False,
               "the export has no checkpoint.note: export it again once a checkpoint covers it")
         return v
     try:
-        if log_key is None:
-            (log_key,) = _keys(files.get("log.vkey"))
-            v.summary["log_key_source"] = "export"
-        else:
-            v.summary["log_key_source"] = "given"
-        if witness_keys is None:
-            witness_keys = _keys(files.get("witnesses.vkey"))
-            v.summary["witness_keys_source"] = "export"
+        log_key, witness_keys = _verifier_keys(v, files, log_key, witness_keys)
     except (NoteError, ValueError, UnicodeDecodeError) as e:
         v.add("the export's verifier keys parse", False, str(e))
         return v
@@ -125,13 +106,59 @@ def verify_export(files: Mapping[str, bytes], log_key: VerifierKey | None = None
     v.add("every witness key cosigned the checkpoint", not missing,
           f"no valid cosignature of {', '.join(missing)}" if missing else
           f"{len(cosigners)} cosignature(s) verified")
+    if not _check_inclusion(v, files, message, seq, cp):
+        return v
+    if "erasure.note" in files:
+        _check_receipt(v, files["erasure.note"], log_key,
+                       None if encryption is None else encryption["key_id"])
+    return v
+
+
+def _check_record(v: Verification, files: Mapping[str, bytes], message: bytes,
+                  stored_body: bytes, body: dict[str, Any], seal: dict[str, Any]) -> None:
+    """The record's own checks: its digests recompute and the other files are its bytes."""
+    stream, seq = body["stream"], seal["seq"]
+    # The audit's checks, from a head just before this record (the chain below it is the
+    # previous records' exports' business): record_digest and every body digest recompute.
+    auditor = LogAuditor()
+    auditor.streams[stream] = StreamState(Head(stream, seq - 1, bytes(seal["prev_digest"])))
+    auditor.add(0, 0, message)
+    v.add("record_digest and every digest of the body recompute", not auditor.findings,
+          "; ".join(f"{f.kind}: {f.detail}" for f in auditor.findings))
+    if "body.avro" in files:
+        v.add("body.avro is the record's body", files["body.avro"] == stored_body)
+    for name, fieldname in _COPIES.items():
+        if name in files:
+            v.add(f"{name} is the record's {fieldname}",
+                  body[fieldname] is not None and files[name] == bytes(body[fieldname]))
+
+
+def _verifier_keys(v: Verification, files: Mapping[str, bytes], log_key: VerifierKey | None,
+                   witness_keys: Sequence[VerifierKey] | None
+                   ) -> tuple[VerifierKey, Sequence[VerifierKey]]:
+    """The keys given, else the export's own copies (the summary says which)."""
+    if log_key is None:
+        (log_key,) = _keys(files.get("log.vkey"))
+        v.summary["log_key_source"] = "export"
+    else:
+        v.summary["log_key_source"] = "given"
+    if witness_keys is None:
+        witness_keys = _keys(files.get("witnesses.vkey"))
+        v.summary["witness_keys_source"] = "export"
+    return log_key, witness_keys
+
+
+def _check_inclusion(v: Verification, files: Mapping[str, bytes], message: bytes, seq: int,
+                     cp: Checkpoint) -> bool:
+    """Check that inclusion.json proves the record is leaf ``seq - 1`` of ``cp``'s tree;
+    False when it is no inclusion proof at all."""
     try:
         proof = json.loads(files["inclusion.json"])
         hashes = [bytes.fromhex(h) for h in proof["hashes"]]
         size, index = int(proof["tree_size"]), int(proof["leaf_index"])
     except (KeyError, ValueError, TypeError) as e:
         v.add("inclusion.json is an inclusion proof", False, f"{type(e).__name__}: {e}")
-        return v
+        return False
     leaf = record_leaf_hash(message)
     ok = v.add("inclusion.json is of this record, in this checkpoint's tree",
                (index, size) == (seq - 1, cp.size),
@@ -145,10 +172,7 @@ def verify_export(files: Mapping[str, bytes], log_key: VerifierKey | None = None
             v.add("the record's leaf folds with the proof to the checkpoint's root", False,
                   str(e))
     v.summary["leaf_hash"] = leaf.hex()
-    if "erasure.note" in files:
-        _check_receipt(v, files["erasure.note"], log_key,
-                       None if encryption is None else encryption["key_id"])
-    return v
+    return True
 
 
 def _check_receipt(v: Verification, note: bytes, log_key: VerifierKey,
