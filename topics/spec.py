@@ -82,81 +82,29 @@ class TopicSpec:
     configs: dict[str, str]
 
 
+_KEPT = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+         "unclean.leader.election.enable": "false"}
+"""The configs of a topic that is evidence: never deleted nor compacted, and never truncated
+by an out-of-sync replica elected leader."""
+
+
 def topic_specs(settings: TopicSettings) -> list[TopicSpec]:
     """The seven topics, in the order they are created. All but the tree share the partition
     count; the tree has one partition: its order is the deployment tree's."""
     n = settings.names
-    forever = {"retention.ms": "-1", "retention.bytes": "-1"}
-    return [
-        TopicSpec(
-            n.intake,
-            settings.partitions,
-            settings.replication_factor,
-            {
-                "cleanup.policy": "delete",
-                "retention.ms": str(settings.intake_retention_ms),
-                "max.message.bytes": str(settings.max_message_bytes),
-            },
-        ),
-        TopicSpec(
-            n.log,
-            settings.partitions,
-            settings.replication_factor,
-            {
-                "cleanup.policy": "delete",
-                **forever,
-                "unclean.leader.election.enable": "false",
-                "max.message.bytes": str(settings.max_message_bytes),
-            },
-        ),
-        TopicSpec(
-            n.writer_state,
-            settings.partitions,
-            settings.replication_factor,
-            {"cleanup.policy": "compact"},
-        ),
-        TopicSpec(
-            n.rejected,
-            settings.partitions,
-            settings.replication_factor,
-            {
-                "cleanup.policy": "delete",
-                **forever,
-                "unclean.leader.election.enable": "false",
-                "max.message.bytes": str(settings.rejected_max_message_bytes),
-            },
-        ),
-        TopicSpec(
-            n.checkpoints,
-            settings.partitions,
-            settings.replication_factor,
-            {
-                "cleanup.policy": "delete",
-                **forever,
-                "unclean.leader.election.enable": "false",
-            },
-        ),
-        TopicSpec(
-            n.erasures,
-            settings.partitions,
-            settings.replication_factor,
-            {
-                "cleanup.policy": "delete",
-                **forever,
-                "unclean.leader.election.enable": "false",
-            },
-        ),
-        TopicSpec(
-            n.tree,
-            1,
-            settings.replication_factor,
-            {
-                "cleanup.policy": "delete",
-                **forever,
-                "unclean.leader.election.enable": "false",
-            },
-        ),
-    ]
+    configs = {  # by topic, in the order of creation
+        n.intake: {"cleanup.policy": "delete",
+                   "retention.ms": str(settings.intake_retention_ms),
+                   "max.message.bytes": str(settings.max_message_bytes)},
+        n.log: {**_KEPT, "max.message.bytes": str(settings.max_message_bytes)},
+        n.writer_state: {"cleanup.policy": "compact"},
+        n.rejected: {**_KEPT, "max.message.bytes": str(settings.rejected_max_message_bytes)},
+        n.checkpoints: _KEPT,
+        n.erasures: _KEPT,
+        n.tree: _KEPT,
+    }
+    return [TopicSpec(name, 1 if name == n.tree else settings.partitions,
+                      settings.replication_factor, dict(c)) for name, c in configs.items()]
 
 
 PARTITION_MIGRATION = (
