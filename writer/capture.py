@@ -164,14 +164,9 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
     misfit = wrong_size_digest("CaptureEvent", body)
     if misfit:
         return reject(Reason.BAD_DIGEST, misfit)
-    replay = body["replay"]
-    seed = replay["seed"]
-    if seed is not None and not valid_seed(seed):
-        return reject(Reason.BAD_SEED, f"replay.seed {seed[:40]!r} is not an integer as "
-                                        f"decimal text")
-    if replay["deterministic"] != (seed is not None):
-        return reject(Reason.BAD_SEED, f"replay.deterministic is {replay['deterministic']} "
-                                        f"but replay.seed is {'null' if seed is None else 'set'}")
+    bad_seed = _bad_seed(body["replay"])
+    if bad_seed:
+        return reject(Reason.BAD_SEED, bad_seed)
     if body["capture"]["truncated"]:
         kept = _kept_despite_truncation(body)
         if kept:
@@ -179,27 +174,50 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
     missing = _missing_fields(body)
     if missing:
         return reject(Reason.MISSING_FIELD, missing)
-    encryption = body.get("encryption")
-    if encryption is not None:
+    rejection = _content_problem(body, version)
+    if rejection is not None:
+        return rejection
+    return _sealable(body, value, canonical, fp)
+
+
+def _bad_seed(replay: dict[str, Any]) -> str:
+    """Why ``replay`` does not hold together (a seed that is no integer as decimal text, or
+    ``deterministic`` saying otherwise than whether there is a seed); "" when it does."""
+    seed = replay["seed"]
+    if seed is not None and not valid_seed(seed):
+        return f"replay.seed {seed[:40]!r} is not an integer as decimal text"
+    if replay["deterministic"] != (seed is not None):
+        return (f"replay.deterministic is {replay['deterministic']} "
+                f"but replay.seed is {'null' if seed is None else 'set'}")
+    return ""
+
+
+def _content_problem(body: dict[str, Any], version: str) -> Rejection | None:
+    """Whether the content fields hold what the capture commits to: the shape of sealed
+    content, else the lengths and digests of the plain bytes."""
+    if body.get("encryption") is not None:
         # Sealed content: the keyed commitments cannot be recomputed without the subject's
         # data key, which the writer never holds. What it can check is the shape: scheme,
         # key id, every content field an envelope of that key, the plaintext lengths.
         problem = encrypted_body_problem(body)
         if not problem and version != "2.1":
             problem = f"schema_version {version!r} has no encryption; an encrypted capture is 2.1"
-        if problem:
-            return reject(Reason.BAD_ENCRYPTION, problem)
-    else:
-        wrong = _wrong_length(body)
-        if wrong:
-            return reject(Reason.LENGTH_MISMATCH, wrong)
-        mismatch = _digest_mismatch(body)
-        if mismatch:
-            return reject(Reason.DIGEST_MISMATCH, mismatch)
-    # The sealed body must be the canonical Avro binary (record_digest covers it and any
-    # other implementation must recompute the same bytes). The fast path has proved that
-    # already; otherwise fastavro (which writes canonical Avro) re-encodes, which both
-    # checks and, if needed, repairs the intake bytes.
+        return reject(Reason.BAD_ENCRYPTION, problem) if problem else None
+    wrong = _wrong_length(body)
+    if wrong:
+        return reject(Reason.LENGTH_MISMATCH, wrong)
+    mismatch = _digest_mismatch(body)
+    return reject(Reason.DIGEST_MISMATCH, mismatch) if mismatch else None
+
+
+def _sealable(body: dict[str, Any], value: bytes, canonical: bool, fp: bytes) -> Capture:
+    """The valid capture with the body bytes to seal.
+
+    The sealed body must be the canonical Avro binary (record_digest covers it and any other
+    implementation must recompute the same bytes). The fast path has proved that already
+    (``canonical``); otherwise fastavro (which writes canonical Avro) re-encodes, which both
+    checks and, if needed, repairs the intake bytes."""
+    stream, event_id = body["stream"], body["event_id"]
     intake_body = value[HEADER_SIZE:]
     record_fp = None if fp == _CAPTURE_FP else record_fingerprint_for(fp)
     if canonical:
