@@ -58,6 +58,9 @@ erasure's ``request_id``: when the API answers 410 ``erased`` for the record, wh
 store says the key that sealed it was erased, and when none of the subject's live keys finds
 a recording but the subject has erased keys, whose recordings nobody can look up any more
 (the keyed content key needs the key); such a miss is reported as erased, since it may be.
+
+Reading the API's answers (and the errors they mean) is ``replay_answer``; the key store's
+keys by subject, cached, are ``replay_keys``.
 """
 
 from __future__ import annotations
@@ -66,68 +69,23 @@ import threading
 import time
 from typing import Any
 
-from evidence_contract import content_key, iso_micros
+from evidence_contract import content_key
 
 from .context import current_call, current_stream
-from .errors import ConfigError, EvidenceTampered, EvidenceUncovered, ReplayError
+from .errors import ConfigError, EvidenceUncovered, ReplayError
+from .replay_answer import (
+    ReplayErased,
+    ReplayMiss,
+    ReplayRedacted,
+    bundle_doc,
+    consistency_doc,
+    unverified_response,
+    verified_response,
+)
+from .replay_keys import Sealed, SubjectKeyRing
 from .trust import LogVerifier
 
 __all__ = ["ReplayErased", "ReplayError", "ReplayMiss", "ReplayRedacted", "Replayer"]
-
-# Headers of the evidence API's answer passed on to the application with the recorded bytes.
-_PASS_HEADERS = ("content-type", "evidence-stream", "evidence-seq", "evidence-record-digest",
-                 "evidence-content-key", "evidence-event-id")
-
-
-class ReplayMiss(ReplayError, LookupError):
-    """No committed record has the request's content key: nothing to replay."""
-
-    def __init__(self, key_hex: str, method: str, url: str, why: str = ""):
-        self.content_key = key_hex
-        super().__init__(f"no recorded response for {method} {url} "
-                         f"(content_key {key_hex}){why}; replay never calls the provider")
-
-
-class ReplayErased(ReplayError, LookupError):
-    """The recorded content was erased (its subject's key destroyed): it cannot be replayed,
-    by anyone, ever. ``erased_at`` (µs since the epoch) and ``request_id`` name the erasure
-    when known."""
-
-    def __init__(self, method: str, url: str, erased_at: int | None = None,
-                 request_id: str | None = None, subject: str | None = None,
-                 content_key: str | None = None) -> None:
-        self.erased_at, self.request_id = erased_at, request_id
-        self.subject, self.content_key = subject, content_key
-        when = f" at {iso_micros(erased_at)}" if erased_at is not None else ""
-        under = f" under request {request_id}" if request_id else ""
-        whose = f" of subject {subject!r}" if subject else ""
-        super().__init__(f"the recorded response for {method} {url} was erased{when}{under}"
-                         f"{whose}: the key that sealed it is destroyed; replay never calls "
-                         f"the provider")
-
-
-class ReplayRedacted(ReplayError, LookupError):
-    """The record is on a stream the read side redacts: the API withholds its verbatim
-    bytes, so there is nothing verbatim to replay (the masked bytes are not the recording).
-    Its place in the signed log was verified (``stream``, ``seq``)."""
-
-    def __init__(self, method: str, url: str, stream: str, seq: int) -> None:
-        self.stream, self.seq = stream, seq
-        super().__init__(f"the recorded response for {method} {url} is {stream} #{seq}, on a "
-                         f"stream the evidence API redacts: its verbatim bytes are withheld, "
-                         f"and masked bytes are not the recording; replay it where the "
-                         f"redaction policy does not apply")
-
-
-def _erased_answer(api_response: Any) -> dict[str, Any] | None:
-    """The body of a 410 with the evidence API's JSON ``erased`` error, else None."""
-    if api_response.status_code != 410:
-        return None
-    try:
-        doc = api_response.json()
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) and doc.get("error") == "erased" else None
 
 
 def _lookup(request: Any, body: bytes) -> tuple[str, str]:
@@ -136,107 +94,6 @@ def _lookup(request: Any, body: bytes) -> tuple[str, str]:
         raise ReplayMiss(key_hex, request.method, str(request.url),
                          ": a request without a body has no content key of its own")
     return key_hex, f"/replay/{key_hex}"
-
-
-def _is_miss(api_response: Any) -> bool:
-    """A 404 with the evidence API's JSON ``not_found`` error; the 404 page of some other
-    server (a wrong api_url) is a ReplayError instead."""
-    try:
-        return api_response.json().get("error") == "not_found"
-    except (ValueError, AttributeError):
-        return False
-
-
-def _check_status(api_response: Any, key_hex: str, request: Any) -> None:
-    """Raise the ReplayError a non-200 answer of the evidence API means."""
-    if api_response.status_code == 404 and _is_miss(api_response):
-        raise ReplayMiss(key_hex, request.method, str(request.url))
-    erased = _erased_answer(api_response)
-    if erased is not None:
-        at = erased.get("erased_at")
-        raise ReplayErased(request.method, str(request.url),
-                           at if isinstance(at, int) and not isinstance(at, bool) else None,
-                           erased.get("request_id") if isinstance(erased.get("request_id"),
-                                                                  str) else None,
-                           content_key=key_hex)
-    if api_response.status_code != 200:
-        raise ReplayError(f"evidence API at {api_response.url.copy_with(path='/')} answered "
-                          f"{api_response.status_code} for /replay/{key_hex} (is api_url the "
-                          f"evidence API, and is the key valid?): {api_response.text[:300]}")
-
-
-def _open(keys: Any, content: bytes, stream: str, event_id: str, key_hex: str) -> bytes:
-    """An encrypted record's response envelope, opened with the subject's key."""
-    from evidence_contract.sealing import OpenError
-
-    try:
-        return keys.open(content, stream, event_id, "response_bytes")
-    except OpenError as e:
-        raise ReplayError(f"the recorded response for /replay/{key_hex} does not open with "
-                          f"key {keys.key_id}: {e}") from None
-
-
-def _answer(mod: Any, api_response: Any, key_hex: str, request: Any, keys: Any = None) -> Any:
-    """An unverified answer (``verify=False``) as the application's response; with ``keys``
-    (a SubjectKeys) the recorded bytes are an envelope, opened here."""
-    _check_status(api_response, key_hex, request)
-    headers = [(k, v) for k, v in api_response.headers.items() if k.lower() in _PASS_HEADERS]
-    content = api_response.content
-    if keys is not None:
-        content = _open(keys, content, api_response.headers.get("evidence-stream", ""),
-                        api_response.headers.get("evidence-event-id", ""), key_hex)
-    return mod.Response(200, headers=headers, content=content, request=request)
-
-
-def _bundle_doc(api_response: Any, key_hex: str, request: Any) -> dict[str, Any]:
-    _check_status(api_response, key_hex, request)
-    try:
-        doc = api_response.json()
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise EvidenceTampered(f"the evidence API's bundle for /replay/{key_hex} is not a JSON "
-                               f"object")
-    return doc
-
-
-def _verified_answer(mod: Any, doc: dict[str, Any], verified: Any, key_hex: str,
-                     request: Any, keys: Any) -> Any:
-    """The application's response from a verified bundle: the response bytes are the
-    verified record's own, never a copy the API served beside them."""
-    if verified.record is None:
-        raise ReplayRedacted(request.method, str(request.url), verified.stream, verified.seq)
-    body, seal = verified.body, verified.decoded["seal"]
-    if body["outcome"] != "COMMITTED":
-        raise EvidenceTampered(f"the evidence API answered /replay/{key_hex} with "
-                               f"{verified.stream} #{verified.seq}, a {body['outcome']} record")
-    content = body["response_bytes"]
-    if content is None:
-        raise ReplayError(f"the recorded response for {request.method} {request.url} "
-                          f"({verified.stream} #{verified.seq}) was not kept verbatim (the "
-                          f"record keeps its digests only): nothing to replay")
-    if keys is not None:
-        content = _open(keys, bytes(content), verified.stream, body["event_id"], key_hex)
-    ctype = doc.get("content_type")
-    cp = verified.checkpoint
-    headers = [("content-type", ctype if isinstance(ctype, str) and ctype.isprintable()
-                else "application/octet-stream"),
-               ("evidence-stream", verified.stream), ("evidence-seq", str(verified.seq)),
-               ("evidence-record-digest", bytes(seal["record_digest"]).hex()),
-               ("evidence-content-key", key_hex), ("evidence-event-id", body["event_id"]),
-               ("evidence-verified", f"{cp.origin} {cp.size}")]
-    return mod.Response(200, headers=headers, content=bytes(content), request=request)
-
-
-class _Sealed:
-    """The keys the Replayer tries for one request of an encrypted stream."""
-
-    __slots__ = ("subject", "live", "erased")
-
-    def __init__(self, subject: str, live: list[Any], erased: list[Any]) -> None:
-        self.subject = subject
-        self.live = live        # SubjectKeys, newest first
-        self.erased = erased    # SubjectState of the subject's erased keys, latest first
 
 
 class Replayer:
@@ -276,14 +133,12 @@ class Replayer:
                                     state_file=state_file, log_witnesses=log_witnesses,
                                     min_log_witnesses=min_log_witnesses) if verify else None
         self._checkpoint_wait_s = checkpoint_wait_s
-        self._key_cache_s = key_cache_s
+        self._keys = SubjectKeyRing(key_store, key_cache_s) if key_store is not None else None
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._params = {"stream": stream} if stream else {}
         self._timeout = timeout
         self._lock = threading.Lock()
         self._sync: Any = None
-        self._states: dict[str, tuple[list[Any], float]] = {}  # subject -> (states, listed at)
-        self._subject_keys: dict[str, Any] = {}                 # key id -> SubjectKeys
 
     # The API clients are plain httpx: they only ever reach api_url.
     def _sync_client(self) -> Any:
@@ -311,66 +166,15 @@ class Replayer:
                               "call_context(subject=...), stream(...) or Replayer(stream=...)")
         return subject
 
-    def _sealed(self, subject: str) -> _Sealed:
-        """The subject's live keys (newest first) and erased ones, from the key store.
-
-        ``subjects()`` rather than ``data_key(subject)``: a lookup must never create a key,
-        and it must see the subject's erased keys (whose recordings are then erased)."""
-        from evidence_contract.keys import ERASED, LIVE, KeyErased, KeyStoreError
-        from evidence_contract.sealing import SubjectKeys
-
-        now = time.monotonic()
-        with self._lock:
-            hit = self._states.get(subject)
-        if hit is None or now - hit[1] > self._key_cache_s:
-            try:
-                states = [s for s in self.key_store.subjects() if s.subject == subject]
-            except KeyStoreError as e:
-                raise ReplayError(f"the key store cannot answer: {e}") from e
-            with self._lock:
-                self._states[subject] = (states, now)
-        else:
-            states = hit[0]
-        live: list[Any] = []
-        erased = sorted((s for s in states if s.state == ERASED),
-                        key=lambda s: s.erased_at or 0, reverse=True)
-        for st in sorted((s for s in states if s.state == LIVE), key=lambda s: s.created_at,
-                         reverse=True):
-            keys = self._subject_keys.get(st.key_id)
-            if keys is None:
-                try:
-                    key = self.key_store.key(st.key_id)
-                except KeyErased as e:  # destroyed since the listing
-                    erased.insert(0, e)
-                    continue
-                except KeyStoreError as e:
-                    raise ReplayError(f"the key store cannot answer: {e}") from e
-                keys = self._subject_keys[st.key_id] = SubjectKeys(key.key_id, key.material)
-            live.append(keys)
-        return _Sealed(subject, live, erased)
-
-    def _plan(self, request: Any, body: bytes) -> tuple[_Sealed | None, list[tuple[str, Any]]]:
+    def _plan(self, request: Any, body: bytes) -> tuple[Sealed | None, list[tuple[str, Any]]]:
         """What to ask the API: ``[(key_hex, SubjectKeys or None)]``, in order."""
-        if self.key_store is None:
+        if self._keys is None:
             key_hex, _ = _lookup(request, body)
             return None, [(key_hex, None)]
         if not body:
             _lookup(request, body)  # raises the miss of a request without a body
-        sealed = self._sealed(self._subject())
+        sealed = self._keys.sealed(self._subject())
         return sealed, [(keys.content_key(body).hex(), keys) for keys in sealed.live]
-
-    def _no_answer(self, request: Any, body: bytes, sealed: _Sealed | None) -> Exception:
-        """What a miss under every key is: erased if the subject has erased keys."""
-        if sealed is not None and sealed.erased:
-            last = sealed.erased[0]
-            return ReplayErased(request.method, str(request.url), last.erased_at,
-                                last.request_id, subject=sealed.subject)
-        why = (f" under any key of subject {sealed.subject!r}" if sealed is not None
-               and sealed.live else f": the key store has no key of subject "
-               f"{sealed.subject!r}" if sealed is not None else "")
-        return ReplayMiss(content_key(body).hex() if sealed is None or not sealed.live
-                          else sealed.live[0].content_key(body).hex(),
-                          request.method, str(request.url), why)
 
     # -- verified reads ----------------------------------------------------------------
     def _ask(self, key_hex: str, snapshot: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -402,16 +206,16 @@ class Replayer:
         while True:
             snapshot = verifier.snapshot()
             path, params = self._ask(key_hex, snapshot)
-            doc = _bundle_doc(self._get(api, path, params), key_hex, request)
+            doc = bundle_doc(self._get(api, path, params), key_hex, request)
             want = verifier.wants_consistency(doc, snapshot)
             if want is not None:
-                doc["consistency"] = self._consistency(self._get(api, *_consistency_ask(want)))
+                doc["consistency"] = consistency_doc(self._get(api, *_consistency_ask(want)))
             try:
                 verified = verifier.check(doc, snapshot, content_key=bytes.fromhex(key_hex))
             except EvidenceUncovered as e:
                 time.sleep(self._wait(deadline, e))
                 continue
-            return _verified_answer(mod, doc, verified, key_hex, request, keys)
+            return verified_response(mod, doc, verified, key_hex, request, keys)
 
     async def _averified_fetch(self, request: Any, mod: Any, api: Any, key_hex: str,
                                keys: Any) -> Any:
@@ -424,16 +228,16 @@ class Replayer:
         while True:
             snapshot = verifier.snapshot()
             path, params = self._ask(key_hex, snapshot)
-            doc = _bundle_doc(await self._aget(api, path, params), key_hex, request)
+            doc = bundle_doc(await self._aget(api, path, params), key_hex, request)
             want = verifier.wants_consistency(doc, snapshot)
             if want is not None:
-                doc["consistency"] = self._consistency(await self._aget(api, *_consistency_ask(want)))
+                doc["consistency"] = consistency_doc(await self._aget(api, *_consistency_ask(want)))
             try:
                 verified = verifier.check(doc, snapshot, content_key=bytes.fromhex(key_hex))
             except EvidenceUncovered as e:
                 await asyncio.sleep(self._wait(deadline, e))
                 continue
-            return _verified_answer(mod, doc, verified, key_hex, request, keys)
+            return verified_response(mod, doc, verified, key_hex, request, keys)
 
     def _get(self, api: Any, path: str, params: dict[str, Any]) -> Any:
         try:
@@ -446,16 +250,6 @@ class Replayer:
             return await api.get(path, params=params)
         except Exception as e:  # noqa: BLE001
             raise ReplayError(f"evidence API at {self.api_url} unreachable: {e}") from e
-
-    @staticmethod
-    def _consistency(answer: Any) -> dict[str, Any]:
-        if answer.status_code != 200:
-            raise ReplayError(f"the evidence API answered {answer.status_code} for a "
-                              f"consistency proof: {answer.text[:300]}")
-        try:
-            return answer.json()
-        except ValueError:
-            raise EvidenceTampered("the evidence API's consistency proof is not JSON") from None
 
     # -- the transports' entry points ----------------------------------------------------
     def fetch(self, request: Any, mod: Any) -> Any:
@@ -470,11 +264,12 @@ class Replayer:
                 if self.verifier is not None:
                     return self._verified_fetch(request, mod, key_hex, keys)
                 answer = self._get(self._sync_client(), f"/replay/{key_hex}", self._params)
-                return _answer(mod, answer, key_hex, request, keys)
+                return unverified_response(mod, answer, key_hex, request, keys)
             except ReplayMiss:
                 if sealed is None:
                     raise
-        raise self._no_answer(request, body, sealed)
+        assert sealed is not None  # without a key store the one lookup returned or raised
+        raise sealed.miss(request, body)
 
     async def afetch(self, request: Any, mod: Any, api: Any) -> Any:
         body = await request.aread()
@@ -486,11 +281,12 @@ class Replayer:
                 if self.verifier is not None:
                     return await self._averified_fetch(request, mod, api, key_hex, keys)
                 answer = await self._aget(api, f"/replay/{key_hex}", self._params)
-                return _answer(mod, answer, key_hex, request, keys)
+                return unverified_response(mod, answer, key_hex, request, keys)
             except ReplayMiss:
                 if sealed is None:
                     raise
-        raise self._no_answer(request, body, sealed)
+        assert sealed is not None  # without a key store the one lookup returned or raised
+        raise sealed.miss(request, body)
 
     def transport(self, flavor: str = "httpx2") -> Any:
         mod = _module(flavor)
