@@ -103,7 +103,6 @@ def ask_witness(deploy: DeploymentAudit, url: str, witness_keys: Iterable[Verifi
     """
     import httpx
 
-    keys = list(witness_keys)
     source = f"witness {url}"
     latest = deploy.latest_signed()
     if latest is None:
@@ -111,63 +110,89 @@ def ask_witness(deploy: DeploymentAudit, url: str, witness_keys: Iterable[Verifi
                 "detail": f"the tree topic has no deployment checkpoint the log signed over "
                           f"its entries yet ({deploy.size} entries, "
                           f"{len(deploy.signed)} signed checkpoints read)"}
+    exchange = _Exchange(deploy, source, list(witness_keys), latest, catch_up)
     own = client is None
     client = client or httpx.Client(timeout=timeout)
     try:
-        old, caught_up = 0, catch_up is None
         for _round in range(_ROUNDS):
-            text = parse_note(latest.note).text
-            proof = deploy.consistency_proof(old, latest.size) if old else []
-            r = _post(client, url, add_checkpoint_body(old, proof, latest.note))
-            ctype = r.headers.get("content-type", "")
-            if r.status_code == 200:
-                cosigners = _cosigners(text, r.content, keys, source)
-                deploy.witnessed(latest.size, source, cosigners)
-                return {"source": source, "outcome": "cosigned", "size": latest.size,
-                        "old": old, "cosigners": cosigners}
-            if r.status_code == 409:
-                got = read_answer(409, ctype, r.content, None, text)
-                if got.kind != "size":
-                    raise AuditError(f"{source}: {got.detail}")
-                if got.size > latest.size and not caught_up:
-                    catch_up()
-                    caught_up, newer = True, deploy.latest_signed()
-                    latest = newer if newer is not None else latest
-                    old = 0
-                    continue
-                if got.size > latest.size:
-                    deploy.refused(source, got.size, (
-                        f"it cosigned the deployment tree at size {got.size}, but the newest "
-                        f"checkpoint the log signed over the tree topic's entries is of size "
-                        f"{latest.size} ({deploy.size} entries): the log went back"))
-                    return {"source": source, "outcome": "refused", "holds": got.size,
-                            "size": latest.size}
-                if got.size == old:
-                    raise AuditError(f"{source} answered 409 with the size it was told "
-                                     f"({old})")
-                old = got.size
-                continue
-            if r.status_code == 422:
-                deploy.refused(source, latest.size, (
-                    f"it refused the log's deployment checkpoint of size {latest.size} "
-                    f"(root {latest.root.hex()[:16]}…) with the proof from size {old}, the "
-                    f"size it cosigned: the tree topic is not an extension of the tree it "
-                    f"saw ({r.text.strip()[:200]!r})"))
-                return {"source": source, "outcome": "refused", "holds": old,
-                        "size": latest.size}
-            if r.status_code in (403, 404):
-                return {"source": source, "outcome": "unknown_log",
-                        "detail": f"{r.status_code}: {r.text.strip()[:200]}"}
-            if r.status_code in (429, 503):
-                time.sleep(min(5.0, float(_retry_after(r) or 1.0)))
-                continue
-            raise AuditError(f"{source}: POST /add-checkpoint answered {r.status_code}: "
-                             f"{r.text.strip()[:200]!r}")
+            said = exchange.answer(_post(client, url, exchange.request()))
+            if said is not None:
+                return said
         raise AuditError(f"{source} did not settle in {_ROUNDS} requests (it moved on, or "
                          f"was busy, each time)")
     finally:
         if own:
             client.close()
+
+
+class _Exchange:
+    """One tlog-witness exchange: the checkpoint shown (``latest``), the size the witness is
+    said to hold (``old``) and whether the auditor has caught up with the tree topic."""
+
+    def __init__(self, deploy: DeploymentAudit, source: str, keys: list[VerifierKey], latest,
+                 catch_up: Callable[[], None] | None) -> None:
+        self.deploy, self.source, self.keys = deploy, source, keys
+        self.latest, self.old = latest, 0
+        self.catch_up, self.caught_up = catch_up, catch_up is None
+
+    def request(self) -> bytes:
+        """The add-checkpoint body: ``latest`` with the proof from ``old``."""
+        proof = self.deploy.consistency_proof(self.old, self.latest.size) if self.old else []
+        return add_checkpoint_body(self.old, proof, self.latest.note)
+
+    def answer(self, r) -> dict[str, Any] | None:
+        """What the witness's answer ``r`` settles, or None when it is to be asked again."""
+        latest, source = self.latest, self.source
+        if r.status_code == 200:
+            cosigners = _cosigners(parse_note(latest.note).text, r.content, self.keys, source)
+            self.deploy.witnessed(latest.size, source, cosigners)
+            return {"source": source, "outcome": "cosigned", "size": latest.size,
+                    "old": self.old, "cosigners": cosigners}
+        if r.status_code == 409:
+            return self._holds(r)
+        if r.status_code == 422:
+            self.deploy.refused(source, latest.size, (
+                f"it refused the log's deployment checkpoint of size {latest.size} "
+                f"(root {latest.root.hex()[:16]}…) with the proof from size {self.old}, the "
+                f"size it cosigned: the tree topic is not an extension of the tree it "
+                f"saw ({r.text.strip()[:200]!r})"))
+            return {"source": source, "outcome": "refused", "holds": self.old,
+                    "size": latest.size}
+        if r.status_code in (403, 404):
+            return {"source": source, "outcome": "unknown_log",
+                    "detail": f"{r.status_code}: {r.text.strip()[:200]}"}
+        if r.status_code in (429, 503):
+            time.sleep(min(5.0, float(_retry_after(r) or 1.0)))
+            return None
+        raise AuditError(f"{source}: POST /add-checkpoint answered {r.status_code}: "
+                         f"{r.text.strip()[:200]!r}")
+
+    def _holds(self, r) -> dict[str, Any] | None:
+        """A 409: the witness holds another size. Ask again from it, after catching up
+        when it is ahead of the auditor's read; ahead of what the log signed, it is a
+        rollback."""
+        latest, source = self.latest, self.source
+        got = read_answer(409, r.headers.get("content-type", ""), r.content, None,
+                          parse_note(latest.note).text)
+        if got.kind != "size":
+            raise AuditError(f"{source}: {got.detail}")
+        if got.size > latest.size and not self.caught_up:
+            self.catch_up()
+            self.caught_up, newer = True, self.deploy.latest_signed()
+            self.latest = newer if newer is not None else latest
+            self.old = 0
+            return None
+        if got.size > latest.size:
+            self.deploy.refused(source, got.size, (
+                f"it cosigned the deployment tree at size {got.size}, but the newest "
+                f"checkpoint the log signed over the tree topic's entries is of size "
+                f"{latest.size} ({self.deploy.size} entries): the log went back"))
+            return {"source": source, "outcome": "refused", "holds": got.size,
+                    "size": latest.size}
+        if got.size == self.old:
+            raise AuditError(f"{source} answered 409 with the size it was told ({self.old})")
+        self.old = got.size
+        return None
 
 
 def _retry_after(r) -> float | None:
