@@ -75,9 +75,30 @@ def restore(reader: Consumer, cfg: WriterConfig, sealer: Sealer, partition: int,
     # Records to re-hash per stream: the last (seq - base) of the stream in the log.
     need = {s: heads[s].seq - p.base.size for s, p in plans.items()
             if not p.refused and heads[s].seq > p.base.size}
-    log_topic = names.log
-    lo, hi = watermarks(reader, log_topic, partition)
     now = clock()
+    window, last, tails = _scan_log(reader, cfg, sealer, partition, need, now)
+    window.expire(now)
+    check_heads(names, partition, heads, last)
+    trees = {s: _tree(s, heads[s], states[s][1], plans[s], tails.get(s, deque()))
+             for s in states}
+    for stream, tree in trees.items():
+        if tree.refused:
+            log("error", "checkpoint_refused", partition=partition, stream=stream,
+                reason=tree.refused,
+                message="this stream's tree cannot be trusted; the writer keeps sealing it "
+                        "but signs no checkpoint for it")
+    return heads, window, trees
+
+
+def _scan_log(reader: Consumer, cfg: WriterConfig, sealer: Sealer, partition: int,
+              need: dict[str, int], now: int
+              ) -> tuple[DedupWindow, dict[str, bytes], dict[str, deque[bytes]]]:
+    """One read of the log partition's tail: the dedup window (the event ids of the last
+    ``dedup_window_s`` and at most ``dedup_max_ids``), each stream's last record, and the
+    last ``need[stream]`` records of each stream whose tree must be re-hashed. Reads further
+    back until it holds all of them or reaches the partition's start."""
+    log_topic = cfg.topics.names.log
+    lo, hi = watermarks(reader, log_topic, partition)
     found = offset_for_time(reader, log_topic, partition,
                             (now - cfg.dedup_window_s * 1_000_000) // 1000)
     window_start = max(lo, hi - cfg.dedup_max_ids, found if found >= 0 else hi)
@@ -99,21 +120,10 @@ def restore(reader: Consumer, cfg: WriterConfig, sealer: Sealer, partition: int,
                 window.add(event_id, msg.timestamp()[1] * 1000)
         short = any(seen.get(s, 0) < n for s, n in need.items())
         if (last and not short) or scan_start <= lo:
-            break
+            return window, last, tails
         # The tail was only aborted data and markers, or holds too few of a stream's records
         # since its last checkpoint: look further back.
         probe *= 16
-    window.expire(now)
-    check_heads(names, partition, heads, last)
-    trees = {s: _tree(s, heads[s], states[s][1], plans[s], tails.get(s, deque()))
-             for s in states}
-    for stream, tree in trees.items():
-        if tree.refused:
-            log("error", "checkpoint_refused", partition=partition, stream=stream,
-                reason=tree.refused,
-                message="this stream's tree cannot be trusted; the writer keeps sealing it "
-                        "but signs no checkpoint for it")
-    return heads, window, trees
 
 
 def _tree(stream: str, head: Head, stored: TreeState, plan: RestorePlan,
