@@ -335,8 +335,6 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
     receipt request did not reach Kafka is in ``failed``: pass those as ``retry`` to the
     next run, which repeats the request under the same request id (the keys are gone by
     then; ``erase_subject`` collects their tombstones, the writer receipts once)."""
-    from server.erasure import ErasureFailed, NothingToErase
-
     erase = erase or _default_erase()
     now = now_micros() if now is None else now
     keys = store.subjects()
@@ -351,48 +349,65 @@ def run_once(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str
     live = [k for k in keys if k.state == LIVE]
     todo = {d.key.key_id: d for d in [*(retry or []), *p.due]}  # a failed key may be due too
     for d in todo.values():
-        rid = request_id_for(d)
         if dry_run:
             result.shredded.append((d, None))
             continue
-        end = epoch_end(d.key.epoch)
-        assert end is not None
-        # A bounded destroy takes every live key of the subject that ended by ``end``: if
-        # one of them is not due (another class), shredding now would cut it short.
-        early = [k for k in live if k.subject == d.key.subject and k.key_id != d.key.key_id
-                 and k.epoch != EPOCH_ALL and (epoch_end(k.epoch) or 0) <= end
-                 and not any(x.key.key_id == k.key_id for x in p.due)]
-        if early:
-            why = f"key {early[0].key_id} of the same subject ends as early and is not due"
+        early = _ends_as_early(d, live, p.due)
+        if early is not None:
+            why = f"key {early.key_id} of the same subject ends as early and is not due"
             log("warning", "retention_skipped", key_id=d.key.key_id,
                 retention_class=d.cls.name, epoch=d.key.epoch, why=why)
             result.skipped.append((d, why))
             continue
-        reason = (f"retention class {d.cls.name}: keep {d.cls.keep_days} days after epoch "
-                  f"{d.key.epoch} (ended {_iso(end)})")
-        try:
-            req = erase(_Bounded(store, end), producer_cfg, d.key.subject, rid, reason,
-                        topics=topics)
-        except LegalHold as e:  # placed since the plan was made
-            log("warning", "retention_held", key_id=d.key.key_id, retention_class=d.cls.name,
-                epoch=d.key.epoch, why=f"a legal hold since the plan: {e}")
-            result.held.append(d)
-            continue
-        except NothingToErase as e:  # erased by someone else since the plan was made
-            why = ("erased already" + (f" under request {', '.join(e.erased_by)}"
-                                       if e.erased_by else ""))
-            log("warning", "retention_skipped", key_id=d.key.key_id,
-                retention_class=d.cls.name, epoch=d.key.epoch, why=why)
-            result.skipped.append((d, why))
-            continue
-        except (ErasureFailed, KeyStoreError) as e:
-            log("error", "retention_failed", key_id=d.key.key_id, request_id=rid, error=str(e))
-            result.failed.append((d, str(e)))
-            continue
-        log("info", "retention_shredded", key_id=d.key.key_id, retention_class=d.cls.name,
-            epoch=d.key.epoch, request_id=rid)
-        result.shredded.append((d, req))
+        _shred(d, store, producer_cfg, topics, erase, result)
     return result
+
+
+def _ends_as_early(d: Due, live: list[SubjectState], due: list[Due]) -> SubjectState | None:
+    """A live key of ``d``'s subject, other than ``d``'s, that is not due although its epoch
+    ended by ``d``'s: a bounded destroy takes every live key of the subject that ended by
+    then, so shredding ``d`` now would cut that one short."""
+    end = epoch_end(d.key.epoch)
+    assert end is not None
+    return next((k for k in live if k.subject == d.key.subject and k.key_id != d.key.key_id
+                 and k.epoch != EPOCH_ALL and (epoch_end(k.epoch) or 0) <= end
+                 and not any(x.key.key_id == k.key_id for x in due)), None)
+
+
+def _shred(d: Due, store: KeyStore, producer_cfg: Mapping[str, Any], topics: Any,
+           erase: Erase, result: RunResult) -> None:
+    """Erase the due key ``d`` (its subject's keys whose epoch ended by ``d``'s) under its
+    request id, and put the outcome in ``result``: shredded, held (a hold placed since the
+    plan), skipped (erased by someone else since) or failed (retried next run)."""
+    from server.erasure import ErasureFailed, NothingToErase
+
+    rid = request_id_for(d)
+    end = epoch_end(d.key.epoch)
+    assert end is not None
+    reason = (f"retention class {d.cls.name}: keep {d.cls.keep_days} days after epoch "
+              f"{d.key.epoch} (ended {_iso(end)})")
+    try:
+        req = erase(_Bounded(store, end), producer_cfg, d.key.subject, rid, reason,
+                    topics=topics)
+    except LegalHold as e:  # placed since the plan was made
+        log("warning", "retention_held", key_id=d.key.key_id, retention_class=d.cls.name,
+            epoch=d.key.epoch, why=f"a legal hold since the plan: {e}")
+        result.held.append(d)
+        return
+    except NothingToErase as e:  # erased by someone else since the plan was made
+        why = ("erased already" + (f" under request {', '.join(e.erased_by)}"
+                                   if e.erased_by else ""))
+        log("warning", "retention_skipped", key_id=d.key.key_id,
+            retention_class=d.cls.name, epoch=d.key.epoch, why=why)
+        result.skipped.append((d, why))
+        return
+    except (ErasureFailed, KeyStoreError) as e:
+        log("error", "retention_failed", key_id=d.key.key_id, request_id=rid, error=str(e))
+        result.failed.append((d, str(e)))
+        return
+    log("info", "retention_shredded", key_id=d.key.key_id, retention_class=d.cls.name,
+        epoch=d.key.epoch, request_id=rid)
+    result.shredded.append((d, req))
 
 
 def serve(store: KeyStore, policy: RetentionPolicy, producer_cfg: Mapping[str, Any], *,
