@@ -28,25 +28,41 @@ Every malformed note, key, signature line or checkpoint raises ``NoteError``; so
 whose signature from a known key fails, or that has none from a known key (the spec's
 "clients MUST reject the note"). Wrong argument types are ``TypeError``/``ValueError`` as
 anywhere else. Signing keys are generated from the OS's randomness (``generate_signer``);
-nothing else here reads anything.
+nothing else here reads anything. The keys, their IDs and text forms are
+``evidence_contract.note_keys``, whose names are all importable from here too.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import re
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .errors import EvidenceError
+from .note_keys import (
+    COSIGNATURE_TYPES,
+    SIG_COSIGNATURE_V1,
+    SIG_ED25519,
+    SIG_MLDSA44,
+    SIG_TYPES,
+    NoteError,
+    SignerKey,
+    VerifierKey,
+    b64,
+    b64decode,
+    format_skey,
+    format_vkey,
+    generate_signer,
+    key_id,
+    mldsa_public,
+    parse_skey,
+    parse_vkey,
+    valid_key_name,
+)
 
 __all__ = [
     "COSIGNATURE_TYPES",
@@ -81,60 +97,17 @@ __all__ = [
     "verify",
 ]
 
-SIG_ED25519 = 0x01
-"""Signature type of plain Ed25519 note signatures (c2sp.org/signed-note)."""
-
-SIG_COSIGNATURE_V1 = 0x04
-"""Signature type of timestamped Ed25519 checkpoint cosignatures (c2sp.org/tlog-cosignature)."""
-
-SIG_MLDSA44 = 0x06
-"""Signature type of timestamped ML-DSA-44 (sub)tree cosignatures (c2sp.org/tlog-cosignature)."""
-
-COSIGNATURE_TYPES = (SIG_COSIGNATURE_V1, SIG_MLDSA44)
-"""The signature types of a witness's cosignature of a checkpoint."""
-
 MAX_SIGNATURES = 100
 """Most signature lines a note may have: the spec requires at least 16, Go's reader takes 100."""
 
-_TYPES = (SIG_ED25519, SIG_COSIGNATURE_V1, SIG_MLDSA44)
-_KEY_SIZE = 32  # an Ed25519 public key, and every type's seed
-_PUBLIC_SIZE = {SIG_ED25519: 32, SIG_COSIGNATURE_V1: 32, SIG_MLDSA44: 1312}
 _ED25519_SIG_SIZE = 64
 _MLDSA44_SIG_SIZE = 2420
 _SIG_SIZE = {SIG_COSIGNATURE_V1: _ED25519_SIG_SIZE, SIG_MLDSA44: _MLDSA44_SIG_SIZE}
 _SUBTREE_LABEL = b"subtree/v1\n\x00"
 _MAX_TIMESTAMP = (1 << 63) - 1  # tlog-cosignature: "MUST NOT exceed 2^63 - 1"
 _SIG_PREFIX = "\u2014 "  # em dash, space
-_HEX_ID = re.compile(r"[0-9a-f]{8}")
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
-
-class NoteError(EvidenceError):
-    """A signed note, key or checkpoint is malformed, or its signatures do not verify."""
-
-
-def _b64decode(text: str, what: str) -> bytes:
-    # Canonical standard base64 only (padding, zero trailing bits): one text per byte string.
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise NoteError(f"{what} is not base64") from None
-    if base64.b64encode(raw).decode("ascii") != text:
-        raise NoteError(f"{what} is not canonical base64")
-    return raw
-
-
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
-
-
-def valid_key_name(name: object) -> bool:
-    """A key name: non-empty UTF-8 text without Unicode spaces, ``+`` or control characters."""
-    # str.isspace is Unicode White_Space (Go's unicode.IsSpace) plus U+001C-U+001F, which
-    # the control-character rule refuses anyway; a lone surrogate is no UTF-8.
-    return (isinstance(name, str) and name != ""
-            and not any(c.isspace() or c == "+" or c < " " or "\ud800" <= c <= "\udfff"
-                        for c in name))
 
 
 def _check_text(text: str) -> None:
@@ -142,131 +115,6 @@ def _check_text(text: str) -> None:
     bad = next((c for c in text if c < " " and c != "\n"), None)
     if bad is not None:
         raise NoteError(f"a note holds no control character {bad!r}")
-
-
-def key_id(name: str, sig_type: int, public_key: bytes) -> int:
-    """Return the key ID: the first 4 bytes of SHA-256(name || 0x0A || type || key), big-endian."""
-    digest = hashlib.sha256(name.encode("utf-8") + b"\n" + bytes([sig_type]) + public_key).digest()
-    return int.from_bytes(digest[:4], "big")
-
-
-@dataclass(frozen=True)
-class VerifierKey:
-    """A public key as a note verifier knows it: name, key ID, signature type and key bytes."""
-
-    name: str
-    key_id: int
-    sig_type: int
-    public_key: bytes
-
-
-def _mldsa():
-    # cryptography >= 47 has ML-DSA; importing it only where needed keeps the Ed25519 notes
-    # working with older releases.
-    try:
-        from cryptography.hazmat.primitives.asymmetric import mldsa
-    except ImportError:
-        raise NoteError("ML-DSA-44 keys need the cryptography package 47 or later") from None
-    return mldsa
-
-
-def _mldsa_public(public_key: bytes):
-    try:
-        return _mldsa().MLDSA44PublicKey.from_public_bytes(public_key)
-    except ValueError as e:
-        raise NoteError(f"not an ML-DSA-44 public key: {e}") from None
-
-
-@dataclass(frozen=True)
-class SignerKey:
-    """A private key (its 32-byte seed: Ed25519, or ML-DSA-44's ``ξ``) under a name, for one
-    signature type."""
-
-    name: str
-    sig_type: int
-    seed: bytes = field(repr=False)
-
-    def __post_init__(self) -> None:
-        if not valid_key_name(self.name):
-            raise NoteError(f"invalid key name {self.name!r}")
-        if self.sig_type not in _TYPES:
-            raise NoteError(f"unsupported signature type {self.sig_type:#04x}")
-        if not isinstance(self.seed, bytes) or len(self.seed) != _KEY_SIZE:
-            raise NoteError(f"a private key's seed is {_KEY_SIZE} bytes")
-
-    @cached_property
-    def _private(self) -> Any:
-        if self.sig_type == SIG_MLDSA44:
-            return _mldsa().MLDSA44PrivateKey.from_seed_bytes(self.seed)
-        return Ed25519PrivateKey.from_private_bytes(self.seed)
-
-    @cached_property
-    def verifier(self) -> VerifierKey:
-        """The matching public key."""
-        public = self._private.public_key().public_bytes_raw()
-        kid = key_id(self.name, self.sig_type, public)
-        return VerifierKey(self.name, kid, self.sig_type, public)
-
-
-def generate_signer(name: str, sig_type: int = SIG_ED25519) -> SignerKey:
-    """Return a fresh signer key of ``sig_type`` (Ed25519 or, for ``SIG_MLDSA44``, ML-DSA-44),
-    from the OS's randomness."""
-    if sig_type == SIG_MLDSA44:
-        seed = _mldsa().MLDSA44PrivateKey.generate().private_bytes_raw()
-    else:
-        seed = Ed25519PrivateKey.generate().private_bytes_raw()
-    return SignerKey(name, sig_type, seed)
-
-
-def format_vkey(key: VerifierKey) -> str:
-    """Return ``<name>+<hex id>+<base64(type || public key)>``."""
-    return f"{key.name}+{key.key_id:08x}+{_b64(bytes([key.sig_type]) + key.public_key)}"
-
-
-def _parse_key(name: str, hex_id: str, key64: str, what: str,
-               sizes: dict[int, int]) -> tuple[int, int, bytes]:
-    if not valid_key_name(name) or not _HEX_ID.fullmatch(hex_id):
-        raise NoteError(f"malformed {what}")
-    raw = _b64decode(key64, f"the {what}'s key")
-    if not raw or raw[0] not in _TYPES:
-        raise NoteError(f"the {what}'s type is not one of "
-                        + ", ".join(f"{t:#04x}" for t in _TYPES)
-                        + ("" if not raw else f" (it is {raw[0]:#04x})"))
-    if len(raw) != 1 + sizes[raw[0]]:
-        raise NoteError(f"the {what} of type {raw[0]:#04x} holds {len(raw) - 1} key bytes, "
-                        f"not {sizes[raw[0]]}")
-    return int(hex_id, 16), raw[0], raw[1:]
-
-
-def parse_vkey(text: str) -> VerifierKey:
-    """Parse a verifier key; its key ID must be the one its name, type and key give."""
-    parts = text.split("+", 2)  # base64 has '+' too: only the first two separate fields
-    if len(parts) != 3:
-        raise NoteError("malformed verifier key")
-    kid, sig_type, public = _parse_key(*parts, "verifier key", _PUBLIC_SIZE)
-    if kid != key_id(parts[0], sig_type, public):
-        raise NoteError("the verifier key's ID does not match its key")
-    if sig_type == SIG_MLDSA44:
-        _mldsa_public(public)
-    return VerifierKey(parts[0], kid, sig_type, public)
-
-
-def format_skey(key: SignerKey) -> str:
-    """Return ``PRIVATE+KEY+<name>+<hex id>+<base64(type || seed)>``."""
-    material = _b64(bytes([key.sig_type]) + key.seed)
-    return f"PRIVATE+KEY+{key.name}+{key.verifier.key_id:08x}+{material}"
-
-
-def parse_skey(text: str) -> SignerKey:
-    """Parse a signer key; its key ID must be the one of the public key its seed gives."""
-    parts = text.split("+", 4)
-    if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
-        raise NoteError("malformed signer key")
-    kid, sig_type, seed = _parse_key(*parts[2:], "signer key", dict.fromkeys(_TYPES, _KEY_SIZE))
-    key = SignerKey(parts[2], sig_type, seed)
-    if kid != key.verifier.key_id:
-        raise NoteError("the signer key's ID does not match its key")
-    return key
 
 
 @dataclass(frozen=True)
@@ -279,7 +127,7 @@ class Signature:
 
     def line(self) -> str:
         """The line as a note holds it: ``— <name> <base64(id || data)>\\n``."""
-        return f"{_SIG_PREFIX}{self.name} {_b64(struct.pack('>I', self.key_id) + self.data)}\n"
+        return f"{_SIG_PREFIX}{self.name} {b64(struct.pack('>I', self.key_id) + self.data)}\n"
 
 
 @dataclass(frozen=True)
@@ -353,7 +201,7 @@ def sign(key: SignerKey, text: str, timestamp: int | None = None) -> Signature:
 
 def verify(key: VerifierKey, text: str, sig: Signature) -> bool:
     """Return whether ``sig`` is ``key``'s valid signature of ``text`` (False for another key)."""
-    if (sig.name, sig.key_id) != (key.name, key.key_id) or key.sig_type not in _TYPES:
+    if (sig.name, sig.key_id) != (key.name, key.key_id) or key.sig_type not in SIG_TYPES:
         return False
     if key.sig_type in COSIGNATURE_TYPES:
         if len(sig.data) != 8 + _SIG_SIZE[key.sig_type]:
@@ -365,7 +213,7 @@ def verify(key: VerifierKey, text: str, sig: Signature) -> bool:
         if key.sig_type == SIG_MLDSA44:
             try:
                 msg = _checkpoint_message(key.name, text, timestamp)
-                public: Any = _mldsa_public(key.public_key)
+                public: Any = mldsa_public(key.public_key)
             except NoteError:  # not a checkpoint, or a name or origin too long to sign
                 return False
         else:
@@ -410,7 +258,7 @@ def parse_note(data: bytes | str) -> Note:
         name, _, sig64 = line.removeprefix(_SIG_PREFIX).partition(" ")
         if not line.startswith(_SIG_PREFIX) or not valid_key_name(name) or not sig64:
             raise NoteError(f"malformed signature line {line!r}")
-        raw = _b64decode(sig64, "a signature")
+        raw = b64decode(sig64, "a signature")
         if len(raw) < 5:
             raise NoteError("a signature is a key ID and at least one byte")
         sigs.append(Signature(name, struct.unpack(">I", raw[:4])[0], raw[4:]))
@@ -463,7 +311,7 @@ def format_checkpoint(cp: Checkpoint) -> str:
         raise NoteError(f"a tree size is a uint64, got {cp.size!r}")
     if not isinstance(cp.root_hash, bytes) or len(cp.root_hash) != 32:
         raise NoteError("a root hash is 32 bytes")
-    lines = [cp.origin, str(cp.size), _b64(cp.root_hash), *cp.extensions]
+    lines = [cp.origin, str(cp.size), b64(cp.root_hash), *cp.extensions]
     text = "".join(f"{line}\n" for line in lines)
     _check_text(text)
     return text
@@ -477,7 +325,7 @@ def parse_checkpoint(text: str) -> Checkpoint:
     origin, size, root64, *extensions = lines
     if not _DECIMAL.fullmatch(size) or int(size) >= 1 << 64:
         raise NoteError(f"a tree size is a uint64 in decimal, no leading zeros: {size!r}")
-    root = _b64decode(root64, "the root hash")
+    root = b64decode(root64, "the root hash")
     if len(root) != 32:
         raise NoteError("a root hash is 32 bytes")
     _check_text(text)
