@@ -182,6 +182,16 @@ def _verify(original: object, replayed_output: object, replayed_response: object
     # 3. Compare. Digests are public, but compare_digest costs nothing and removes the question.
     if hmac.compare_digest(sealed, replay):
         return result(True, original_hash, replay_hash, compared, None)
+    return result(False, original_hash, replay_hash, compared,
+                  _mismatch_reason(kind, deterministic, seed, model_version))
+
+
+def _mismatch_reason(kind: str, deterministic: bool | None, seed: int | None,
+                     model_version: str | None) -> str:
+    """What a replayed ``kind`` ("output" or "response") that differs from the sealed digest
+    means: a difference to re-check under the same model and seed when the record is
+    deterministic, expected drift when it is not."""
+    compared = OUTPUT if kind == "output" else RESPONSE
     if deterministic:
         model = model_version or "not recorded"
         seed_text = f" (seed {seed})" if seed is not None else ""
@@ -194,7 +204,7 @@ def _verify(original: object, replayed_output: object, replayed_response: object
     if kind == "response":
         reason += ("; response bodies also carry per-call ids and timestamps, so compare "
                    "replayed_output to check the model's text")
-    return result(False, original_hash, replay_hash, compared, reason)
+    return reason
 
 
 def _no_digest_reason(original: object, kind: str, outcome: str | None, size: int) -> str:
