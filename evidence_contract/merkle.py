@@ -44,7 +44,8 @@ those bytes. So:
 
 Proofs are in RFC 9162 order (§2.1.3.1 inclusion paths from the leaf up, §2.1.4.1
 consistency proofs) and verified with the algorithms of §2.1.3.2 and §2.1.4.2, which fail
-with ``ProofError``. :class:`MerkleTree` holds every perfect subtree hash (2n hashes) and
+with ``ProofError`` (``evidence_contract.merkle_verify``; the hashes are
+``evidence_contract.tree_hash``; both importable from here). :class:`MerkleTree` holds every perfect subtree hash (2n hashes) and
 answers the root, inclusion and consistency proofs of any size up to its own in O(log n)
 hashes each; :class:`CompactRange` is the writer's O(log n) state: append leaves, read the root.
 
@@ -67,7 +68,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from .codec import decode
 from .digests import DIGEST_SIZE
-from .errors import DecodeError, EvidenceError
+from .errors import DecodeError
+from .merkle_verify import ProofError, verify_consistency, verify_inclusion
+from .tree_hash import EMPTY_ROOT, HASH_SIZE, MAX_SIZE, leaf_hash, node_hash
 
 __all__ = [
     "EMPTY_ROOT",
@@ -95,30 +98,8 @@ __all__ = [
     "verify_inclusion",
 ]
 
-HASH_SIZE = 32
-"""Bytes of every tree hash (SHA-256)."""
-
-EMPTY_ROOT = hashlib.sha256(b"").digest()
-"""The root of the empty tree (RFC 9162 §2.1.1: the hash of an empty string)."""
-
 LEAF_LABEL = b"evidence-store/v2 record\n"
 """The fixed first bytes of every leaf input (see the module docstring)."""
-
-_MAX_SIZE = 1 << 64  # tree sizes are uint64 in checkpoints and in every RFC 9162 structure
-
-
-class ProofError(EvidenceError):
-    """A Merkle proof does not verify, or its arguments cannot describe a valid proof."""
-
-
-def leaf_hash(leaf_input: bytes) -> bytes:
-    """Return SHA-256(0x00 || leaf_input), the RFC 9162 hash of a leaf."""
-    return hashlib.sha256(b"\x00" + bytes(leaf_input)).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    """Return SHA-256(0x01 || left || right), the RFC 9162 hash of an interior node."""
-    return hashlib.sha256(b"\x01" + left + right).digest()
 
 
 def compose_leaf_input(record_digest: bytes, record_sha256: bytes) -> bytes:
@@ -244,13 +225,13 @@ def _subtree(lookup: Lookup, lo: int, hi: int) -> bytes:
 
 def root_from(size: int, lookup: Lookup) -> bytes:
     """The root (RFC 9162 MTH) of the first ``size`` leaves; ``EMPTY_ROOT`` for 0."""
-    size = _bounded("size", size, 0, _MAX_SIZE - 1)
+    size = _bounded("size", size, 0, MAX_SIZE - 1)
     return EMPTY_ROOT if size == 0 else _subtree(lookup, 0, size)
 
 
 def inclusion_proof_from(index: int, size: int, lookup: Lookup) -> list[bytes]:
     """The RFC 9162 inclusion path (leaf up) of leaf ``index`` in the tree of ``size`` leaves."""
-    size = _bounded("size", size, 1, _MAX_SIZE - 1)
+    size = _bounded("size", size, 1, MAX_SIZE - 1)
     index = _bounded("index", index, 0, size - 1)
     path = []
     lo, hi = 0, size
@@ -271,7 +252,7 @@ def consistency_proof_from(first: int, second: int, lookup: Lookup) -> list[byte
 
     ``0 < first <= second`` (equal sizes: the empty proof).
     """
-    second = _bounded("second", second, 1, _MAX_SIZE - 1)
+    second = _bounded("second", second, 1, MAX_SIZE - 1)
     first = _bounded("first", first, 1, second)
     proof = []
     lo, hi, whole = 0, second, True  # whole: SUBPROOF's b, "D[lo:hi] is the whole tree"
@@ -319,7 +300,7 @@ def consistency_nodes(first: int, second: int) -> list[Node]:
 def range_nodes(size: int) -> list[Node]:
     """The perfect subtrees that make up leaves ``[0, size)``, largest first: one per set bit
     of ``size``, the positions of :attr:`CompactRange.nodes`."""
-    size = _bounded("size", size, 0, _MAX_SIZE - 1)
+    size = _bounded("size", size, 0, MAX_SIZE - 1)
     out, lo = [], 0
     for level in range(size.bit_length() - 1, -1, -1):
         if size >> level & 1:
@@ -337,7 +318,7 @@ class CompactRange:
     """
 
     def __init__(self, size: int = 0, nodes: Sequence[bytes] = ()) -> None:
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < _MAX_SIZE:
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < MAX_SIZE:
             raise ValueError(f"size must be an int in [0, 2**64), got {size!r}")
         nodes = [bytes(n) for n in nodes]
         if len(nodes) != size.bit_count() or any(len(n) != HASH_SIZE for n in nodes):
@@ -364,7 +345,7 @@ class CompactRange:
     def _append(self, leaf_hash: bytes, made: list[tuple[int, int, bytes]] | None) -> None:
         if not isinstance(leaf_hash, (bytes, bytearray)) or len(leaf_hash) != HASH_SIZE:
             raise ValueError(f"a leaf hash is {HASH_SIZE} bytes")
-        if self._size + 1 >= _MAX_SIZE:
+        if self._size + 1 >= MAX_SIZE:
             raise ValueError("a tree holds fewer than 2**64 leaves")
         node, size, level = bytes(leaf_hash), self._size, 0
         if made is not None:
@@ -387,7 +368,7 @@ class CompactRange:
         """:meth:`append`, its merges made by ``merge(nodes, size, leaf_hash)`` on this range's
         node list in place: a compiled twin of them (``evidence_seal_native.append_leaf``,
         held to the same ranges by the writer's self-check and its tests)."""
-        if self._size + 1 >= _MAX_SIZE:
+        if self._size + 1 >= MAX_SIZE:
             raise ValueError("a tree holds fewer than 2**64 leaves")
         merge(self._nodes, self._size, leaf_hash)
         self._size += 1
@@ -414,104 +395,3 @@ class CompactRange:
         for node in reversed(self._nodes[:-1]):
             root = node_hash(node, root)
         return root
-
-
-# --- Verification (RFC 9162 §2.1.3.2, §2.1.4.2) ------------------------------------------
-# Everything here comes from whoever presents the proof, so every malformed argument is a
-# ProofError, never a TypeError.
-
-
-def _check_size(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _MAX_SIZE:
-        raise ProofError(f"{name} must be an int in [0, 2**64), got {value!r}")
-    return value
-
-
-def _check_hash(name: str, value: object) -> bytes:
-    if not isinstance(value, (bytes, bytearray)) or len(value) != HASH_SIZE:
-        raise ProofError(f"{name} must be {HASH_SIZE} bytes")
-    return bytes(value)
-
-
-def _check_proof(proof: object) -> list[bytes]:
-    if proof is None:
-        return []
-    if isinstance(proof, (bytes, bytearray, str)) or not isinstance(proof, Sequence):
-        raise ProofError("a proof is a sequence of hashes")
-    return [_check_hash(f"proof[{i}]", p) for i, p in enumerate(proof)]
-
-
-def verify_inclusion(index: int, size: int, leaf_hash: bytes, proof: Sequence[bytes],
-                     root: bytes) -> None:
-    """Check that ``leaf_hash`` is leaf ``index`` of the tree of ``size`` leaves with ``root``.
-
-    RFC 9162 §2.1.3.2; raises ``ProofError`` when the proof does not verify.
-    """
-    fn, sn = _check_size("index", index), _check_size("size", size)
-    r, root = _check_hash("leaf_hash", leaf_hash), _check_hash("root", root)
-    path = _check_proof(proof)
-    if fn >= sn:
-        raise ProofError(f"index {fn} is not below the tree size {sn}")
-    sn -= 1
-    for p in path:
-        if sn == 0:
-            raise ProofError("the inclusion proof is too long")
-        if fn & 1 or fn == sn:
-            r = node_hash(p, r)
-            while fn and not fn & 1:  # fn == sn, a left child: climb to where fn is a right one
-                fn, sn = fn >> 1, sn >> 1
-        else:
-            r = node_hash(r, p)
-        fn, sn = fn >> 1, sn >> 1
-    if sn != 0:
-        raise ProofError("the inclusion proof is too short")
-    if r != root:
-        raise ProofError("the inclusion proof leads to another root")
-
-
-def verify_consistency(first: int, second: int, proof: Sequence[bytes], first_root: bytes,
-                       second_root: bytes) -> None:
-    """Check that the tree of ``second`` leaves with ``second_root`` extends ``first``'s.
-
-    RFC 9162 §2.1.4.2 for ``0 < first < second``. Equal sizes are consistent with an empty
-    proof and equal roots. A proof from the empty tree is refused: it proves nothing (the
-    RFC requires ``0 < first``; transparency-dev/merkle refuses it after v0.0.2 too).
-    """
-    first, second = _check_size("first", first), _check_size("second", second)
-    path = _check_proof(proof)
-    first_root = _check_hash("first_root", first_root)
-    second_root = _check_hash("second_root", second_root)
-    if first == 0:
-        raise ProofError("a consistency proof from the empty tree proves nothing")
-    if second < first:
-        raise ProofError(f"second ({second}) is smaller than first ({first})")
-    if first == second:
-        if path:
-            raise ProofError("equal sizes take an empty consistency proof")
-        if first_root != second_root:
-            raise ProofError("equal sizes with different roots")
-        return
-    if not path:
-        raise ProofError("the consistency proof is empty")
-    if first & (first - 1) == 0:  # step 2: the old tree is a perfect subtree, its root is implied
-        path = [first_root] + path
-    fn, sn = first - 1, second - 1
-    while fn & 1:
-        fn, sn = fn >> 1, sn >> 1
-    fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            raise ProofError("the consistency proof is too long")
-        if fn & 1 or fn == sn:
-            fr, sr = node_hash(c, fr), node_hash(c, sr)
-            while fn and not fn & 1:
-                fn, sn = fn >> 1, sn >> 1
-        else:
-            sr = node_hash(sr, c)
-        fn, sn = fn >> 1, sn >> 1
-    if sn != 0:
-        raise ProofError("the consistency proof is too short")
-    if fr != first_root:
-        raise ProofError("the consistency proof does not lead to the first root")
-    if sr != second_root:
-        raise ProofError("the consistency proof does not lead to the second root")
