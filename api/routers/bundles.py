@@ -44,14 +44,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-import logging
-
 from evidence_contract.merkle import (
     ProofError, consistency_proof_from, inclusion_nodes, inclusion_proof_from, leaf_hash,
     verify_inclusion,
 )
 from evidence_contract.note import NoteError, VerifierKey, parse_checkpoint, parse_note
 from evidence_contract.tlog import open_stream_checkpoint
+from server.logs import event_logger
 
 from ..deps import Caller, Config, Db, Seq, StreamId, not_found
 from ..errors import Erased, Unavailable
@@ -64,7 +63,7 @@ from .tlog import MAX_COSIGNATURES
 
 __all__ = ["ENTRY_CANDIDATES", "log_path", "record_bundle", "replay_bundle", "router"]
 
-log = logging.getLogger("evidence.api")
+log = event_logger("evidence.api")
 
 router = APIRouter(tags=["verifiable log"])
 
@@ -130,8 +129,8 @@ async def log_path(db: Db, log_key: VerifierKey | None, s: Served, stream_size: 
         if record_proof is not None:
             verify_inclusion(s.seq - 1, ecp.size, s.leaf_hash, record_proof, ecp.root_hash)
     except ProofError as e:
-        log.warning("the projection's trees do not prove %s #%s through entry %s of the "
-                    "deployment tree of size %s: %s", s.stream, s.seq, idx, size, e)
+        log("warning", "bundle_log_path_unproven", stream=s.stream, seq=s.seq,
+            entry_index=idx, tree_size=size, error=str(e))
         return None, (f"the projection's trees do not prove #{s.seq} through entry {idx} in "
                       f"the deployment checkpoint of size {size} ({e}); it needs a rebuild")
     return {"entry_index": idx, "entry": entry.decode("utf-8"),

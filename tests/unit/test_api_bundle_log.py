@@ -97,6 +97,16 @@ def test_no_path_and_why():
     assert none is None and "do not prove" in reason
 
 
+def test_a_path_the_projection_does_not_prove_is_logged_as_an_event(caplog):
+    with caplog.at_level("WARNING", logger="evidence.api"):
+        path(FakeDb(deployment(4), deployment(4), lie=True))
+    [line] = [r for r in caplog.records if r.getMessage() == "bundle_log_path_unproven"]
+    assert line.levelname == "WARNING"
+    assert {k: line.evidence_fields[k] for k in ("stream", "seq", "entry_index", "tree_size")} \
+        == {"stream": STREAM, "seq": 1, "entry_index": 2, "tree_size": 4}
+    assert line.evidence_fields["error"]
+
+
 def test_the_entry_of_the_bundles_size_reuses_its_inclusion():
     got, _ = path(FakeDb(deployment(4), deployment(4)), stream_size=1)
     assert got["entry_index"] == 2 and got["record_inclusion"] is None
