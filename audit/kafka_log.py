@@ -30,6 +30,49 @@ def _consumer(bootstrap: str) -> Consumer:
     })
 
 
+class _Span:
+    """What a read covers of each partition: from ``firsts`` to ``ends`` (as found when it
+    starts), the next offset ``reached`` (for the progress count) and the partitions still
+    ``pending``."""
+
+    def __init__(self, firsts: dict[int, int], ends: dict[int, int]) -> None:
+        self.firsts, self.ends, self.reached = firsts, ends, dict(firsts)
+        self.total = sum(max(0, ends[p] - firsts[p]) for p in firsts)
+        self.pending = {p for p in firsts if ends[p] > firsts[p]}
+
+    @classmethod
+    def find(cls, c: Consumer, bootstrap: str, topic: str, start: Mapping[int, int],
+             ends: dict[int, int]) -> "_Span":
+        """Each partition of ``topic`` from ``start`` (else its beginning) to its end now;
+        ``ends`` is filled with those end offsets."""
+        md = c.list_topics(topic, timeout=15).topics.get(topic)
+        if md is None or md.error is not None:
+            raise AuditError(f"topic {topic} does not exist on {bootstrap}")
+        firsts: dict[int, int] = {}
+        for p in sorted(md.partitions):
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=15,
+                                                cached=False)
+            ends[p], firsts[p] = high, max(low, start.get(p, low))
+        return cls(firsts, ends)
+
+    def at_eof(self, p: int, offset: int) -> None:
+        self.pending.discard(p)
+        self.reached[p] = max(self.reached[p], min(offset, self.ends[p]))
+
+    def take(self, p: int, o: int) -> bool:
+        """Whether the message at offset ``o`` of partition ``p`` is in the read."""
+        if o >= self.ends[p]:  # appended after the read started: the next audit's
+            self.pending.discard(p)
+            return False
+        self.reached[p] = o + 1
+        if o + 1 >= self.ends[p]:
+            self.pending.discard(p)
+        return True
+
+    def done(self) -> int:
+        return sum(self.reached[p] - self.firsts[p] for p in self.firsts)
+
+
 def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
                progress: Callable[[int, int], None] | None = None,
                start: Mapping[int, int] | None = None,
@@ -45,57 +88,37 @@ def read_topic(bootstrap: str, topic: str, idle_timeout: float = 30.0,
     its end-of-partition event. ``progress(done, total)`` is called after every batch.
     ``with_headers``: yield ``(partition, offset, key, value, headers)``.
     """
-    start = dict(start or {})
     c = _consumer(bootstrap)
     try:
-        md = c.list_topics(topic, timeout=15).topics.get(topic)
-        if md is None or md.error is not None:
-            raise AuditError(f"topic {topic} does not exist on {bootstrap}")
-        parts = sorted(md.partitions)
-        ends = {} if ends is None else ends
-        firsts: dict[int, int] = {}
-        for p in parts:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=15,
-                                                cached=False)
-            ends[p], firsts[p] = high, max(low, start.get(p, low))
-        total = sum(max(0, ends[p] - firsts[p]) for p in parts)
-        pending = {p for p in parts if ends[p] > firsts[p]}
+        span = _Span.find(c, bootstrap, topic, dict(start or {}), {} if ends is None else ends)
         if progress is not None:
-            progress(0, total)
-        if not pending:
+            progress(0, span.total)
+        if not span.pending:
             return
-        c.assign([TopicPartition(topic, p, firsts[p]) for p in sorted(pending)])
-        reached = dict(firsts)  # next offset per partition, for the progress count
+        c.assign([TopicPartition(topic, p, span.firsts[p]) for p in sorted(span.pending)])
         last_progress = time.monotonic()
-        while pending:
+        while span.pending:
             msgs = c.consume(1000, timeout=0.5)
             if not msgs and time.monotonic() - last_progress > idle_timeout:
                 raise AuditError(
-                    f"reading {topic} stalled at partitions {sorted(pending)} for "
+                    f"reading {topic} stalled at partitions {sorted(span.pending)} for "
                     f"{idle_timeout:.0f} s (an open transaction holds the stable offset back?)")
             for m in msgs:
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.partition())
-                        reached[m.partition()] = max(reached[m.partition()],
-                                                     min(m.offset(), ends[m.partition()]))
+                        span.at_eof(m.partition(), m.offset())
                         continue
                     raise translate(err, f"reading {topic}", AuditKafkaError) from KafkaException(err)
                 last_progress = time.monotonic()
-                p, o = m.partition(), m.offset()
-                if o >= ends[p]:  # appended after the read started: the next audit's
-                    pending.discard(p)
+                if not span.take(m.partition(), m.offset()):
                     continue
-                reached[p] = o + 1
-                if o + 1 >= ends[p]:
-                    pending.discard(p)
                 if with_headers:
-                    yield p, o, m.key(), m.value(), m.headers()
+                    yield m.partition(), m.offset(), m.key(), m.value(), m.headers()
                 else:
-                    yield p, o, m.key(), m.value()
+                    yield m.partition(), m.offset(), m.key(), m.value()
             if progress is not None:
-                progress(sum(reached[p] - firsts[p] for p in parts), total)
+                progress(span.done(), span.total)
     except KafkaException as e:
         raise translate_exception(e, f"Kafka at {bootstrap}", AuditKafkaError) from e
     finally:
