@@ -45,9 +45,9 @@ those bytes. So:
 Proofs are in RFC 9162 order (§2.1.3.1 inclusion paths from the leaf up, §2.1.4.1
 consistency proofs) and verified with the algorithms of §2.1.3.2 and §2.1.4.2, which fail
 with ``ProofError`` (``evidence_contract.merkle_verify``; the hashes are
-``evidence_contract.tree_hash``; both importable from here). :class:`MerkleTree` holds every perfect subtree hash (2n hashes) and
-answers the root, inclusion and consistency proofs of any size up to its own in O(log n)
-hashes each; :class:`CompactRange` is the writer's O(log n) state: append leaves, read the root.
+``evidence_contract.tree_hash``; both importable from here). :class:`MerkleTree` holds every
+perfect subtree hash (2n hashes) and answers the root, inclusion and consistency proofs of
+any size up to its own in O(log n) hashes each; :class:`CompactRange` is the writer's O(log n) state: append leaves, read the root.
 
 Stored trees. A reader that keeps every perfect subtree hash in a table (the projections'
 ``tree_nodes``: ``(level, index) -> hash``, level 0 the leaf hashes, ``(h, i)`` covering
