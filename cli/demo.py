@@ -19,6 +19,7 @@ import hashlib
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from evidence_contract.errors import EvidenceError
@@ -106,20 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        import httpx
-        import openai
-    except ImportError as e:
-        raise DemoError(f"the demo uses the official openai SDK and httpx ({e}); "
-                        f"`make up` installs them, or: pip install openai") from e
-    from cli.replay import _verdict
-    from evidence_client import Recorder
-    try:
-        from testing.fake_provider import FakeProvider
-    except ImportError as e:
-        raise DemoError("the demo runs from a checkout of evidence-store: its fake provider "
-                        f"(testing/) is in no installed package ({e}); in a checkout, run "
-                        "`make up`, then `.venv/bin/evidence demo`") from e
+    _check_requirements()
+    import httpx
 
     s = _settings(args)
     stream = args.stream
@@ -131,72 +120,115 @@ def _run(args: argparse.Namespace) -> int:
         _say(f"  API {s['api']}  Kafka {s['bootstrap']}  intake {s['prefix']}.intake  "
              f"stream {stream}")
         _say()
+        calls = _record(s, stream)
+        first = _seal_and_project(api, s, stream, before, calls.keys, args.timeout)
+        _verify_step(api, s, stream, first["seq"], calls.texts[0])
+        _replay(s, stream, calls.provider_url, calls.first_response, calls.texts[0])
 
-        fake = FakeProvider().start()
-        try:
-            # 1. Record: the official SDK, with the Recorder's client as its http_client.
-            _say(f"1. record: 3 calls with the openai SDK through evidence_client.Recorder "
-                 f"(fake provider at {fake.url})")
-            recorder = Recorder(s["bootstrap"], stream, topic_prefix=s["prefix"],
-                                delivery_timeout_ms=10_000, close_timeout=15)
-            with recorder:
-                client = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-demo",
-                                       max_retries=0, http_client=recorder.http_client())
-                with client:
-                    texts = [
-                        client.chat.completions.create(**_CHAT).choices[0].message.content,
-                        "".join(c.choices[0].delta.content or ""
-                                for c in client.chat.completions.create(**_CHAT_STREAM)
-                                if c.choices),
-                        client.responses.create(**_RESPONSES).output_text,
-                    ]
-            seen = fake.wait_for(3)
-        finally:
-            fake.stop()
-        keys = [hashlib.sha256(b"\x00" + x.request_body).hexdigest() for x in seen]
-        for label, text, key in zip(("chat.completions", "chat.completions stream=True",
-                                     "responses"), texts, keys):
-            _say(f"   {label:<29} -> {text!r}")
-            _say(f"   {'':<29}    content_key {key[:16]}… (sha256 of 0x00 + request bytes)")
-        m = recorder.metrics.snapshot()
-        if m["delivered"] + m["resent"] < 3:
-            raise DemoError(
-                f"only {m['delivered'] + m['resent']} of 3 captures reached Kafka at "
-                f"{s['bootstrap']} (the rest wait in the gateway's local spool and are sent by "
-                f"the next Recorder on this stream); is Kafka up? read {s['kafka_log']}")
-
-        # 2. Wait until the writer sealed them and the projector made them queryable.
-        _say()
-        _say(f"2. seal and project: waiting until the API answers for them "
-             f"(writer, projector; up to {args.timeout:.0f} s)")
-        t0 = time.monotonic()
-        records = _wait_records(api, s, stream, before, keys, args.timeout)
-        first = records[keys[0]]
-        for key, label in zip(keys, ("chat", "stream", "responses")):
-            r = records[key]
-            _say(f"   {label:<9} sealed as {stream} seq {r['seq']}: record_digest "
-                 f"{r['record_digest'][:16]}… chained to {r['prev_digest'][:16]}…")
-        _say(f"   queryable after {time.monotonic() - t0:.1f} s")
-
-        # 3. Verify a re-execution against the sealed output digest.
-        _say()
-        _say("3. verify (POST /replay/verify): the recorded output, then a different one")
-        match = _verify(api, s, stream, first["seq"], texts[0])
-        mismatch = _verify(api, s, stream, first["seq"], texts[0] + " (but re-executed)")
-        for answer in (match, mismatch):
-            _say("\n".join("   " + line for line in _verdict(answer).splitlines()))
-        if not match["match"] or mismatch["match"]:
-            raise DemoError(f"unexpected verdicts (match={match['match']}, "
-                            f"mismatch={mismatch['match']}); read {_log(s, 'api')}")
-
-        # 4. Replay from storage: the provider is gone; the SDK still gets its answer.
-        _say()
-        _say("4. replay: the provider is stopped; the same call through "
-             "evidence_client.Replayer(api_url, api_key).http_client()")
-        _replay(s, stream, fake.url, seen[0].response_body, texts[0])
-
-    _next_steps(s, stream, first["seq"], texts[0])
+    _next_steps(s, stream, first["seq"], calls.texts[0])
     return EXIT_OK
+
+
+def _check_requirements() -> None:
+    """What the demo needs beside the CLI: the openai SDK, httpx and the checkout's fake
+    provider; a :class:`DemoError` saying how to get the one missing."""
+    try:
+        import httpx  # noqa: F401
+        import openai  # noqa: F401
+    except ImportError as e:
+        raise DemoError(f"the demo uses the official openai SDK and httpx ({e}); "
+                        f"`make up` installs them, or: pip install openai") from e
+    try:
+        import testing.fake_provider  # noqa: F401
+    except ImportError as e:
+        raise DemoError("the demo runs from a checkout of evidence-store: its fake provider "
+                        f"(testing/) is in no installed package ({e}); in a checkout, run "
+                        "`make up`, then `.venv/bin/evidence demo`") from e
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """What step 1 recorded: each call's output text and content key, in the order of the
+    calls, the provider's first response body and where the provider was."""
+
+    texts: list[str]
+    keys: list[str]
+    first_response: bytes
+    provider_url: str
+
+
+def _record(s: dict[str, str], stream: str) -> _Recorded:
+    """1. Record: the official SDK, with the Recorder's client as its http_client."""
+    import openai
+
+    from evidence_client import Recorder
+    from testing.fake_provider import FakeProvider
+
+    fake = FakeProvider().start()
+    try:
+        _say(f"1. record: 3 calls with the openai SDK through evidence_client.Recorder "
+             f"(fake provider at {fake.url})")
+        recorder = Recorder(s["bootstrap"], stream, topic_prefix=s["prefix"],
+                            delivery_timeout_ms=10_000, close_timeout=15)
+        with recorder:
+            client = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-demo",
+                                   max_retries=0, http_client=recorder.http_client())
+            with client:
+                texts = [
+                    client.chat.completions.create(**_CHAT).choices[0].message.content,
+                    "".join(c.choices[0].delta.content or ""
+                            for c in client.chat.completions.create(**_CHAT_STREAM)
+                            if c.choices),
+                    client.responses.create(**_RESPONSES).output_text,
+                ]
+        seen = fake.wait_for(3)
+    finally:
+        fake.stop()
+    keys = [hashlib.sha256(b"\x00" + x.request_body).hexdigest() for x in seen]
+    for label, text, key in zip(("chat.completions", "chat.completions stream=True",
+                                 "responses"), texts, keys):
+        _say(f"   {label:<29} -> {text!r}")
+        _say(f"   {'':<29}    content_key {key[:16]}… (sha256 of 0x00 + request bytes)")
+    m = recorder.metrics.snapshot()
+    if m["delivered"] + m["resent"] < 3:
+        raise DemoError(
+            f"only {m['delivered'] + m['resent']} of 3 captures reached Kafka at "
+            f"{s['bootstrap']} (the rest wait in the gateway's local spool and are sent by "
+            f"the next Recorder on this stream); is Kafka up? read {s['kafka_log']}")
+    return _Recorded(texts, keys, seen[0].response_body, fake.url)
+
+
+def _seal_and_project(api: Any, s: dict[str, str], stream: str, before: int, keys: list[str],
+                      timeout: float) -> dict[str, Any]:
+    """2. Wait until the writer sealed the calls and the projector made them queryable; the
+    first call's record."""
+    _say()
+    _say(f"2. seal and project: waiting until the API answers for them "
+         f"(writer, projector; up to {timeout:.0f} s)")
+    t0 = time.monotonic()
+    records = _wait_records(api, s, stream, before, keys, timeout)
+    for key, label in zip(keys, ("chat", "stream", "responses")):
+        r = records[key]
+        _say(f"   {label:<9} sealed as {stream} seq {r['seq']}: record_digest "
+             f"{r['record_digest'][:16]}… chained to {r['prev_digest'][:16]}…")
+    _say(f"   queryable after {time.monotonic() - t0:.1f} s")
+    return records[keys[0]]
+
+
+def _verify_step(api: Any, s: dict[str, str], stream: str, seq: int, text: str) -> None:
+    """3. Verify a re-execution against the sealed output digest: the recorded output
+    matches, another one does not."""
+    from cli.replay import _verdict
+
+    _say()
+    _say("3. verify (POST /replay/verify): the recorded output, then a different one")
+    match = _verify(api, s, stream, seq, text)
+    mismatch = _verify(api, s, stream, seq, text + " (but re-executed)")
+    for answer in (match, mismatch):
+        _say("\n".join("   " + line for line in _verdict(answer).splitlines()))
+    if not match["match"] or mismatch["match"]:
+        raise DemoError(f"unexpected verdicts (match={match['match']}, "
+                        f"mismatch={mismatch['match']}); read {_log(s, 'api')}")
 
 
 def _head_seq(api: Any, s: dict[str, str], stream: str) -> int:
@@ -257,10 +289,14 @@ def _verify(api: Any, s: dict[str, str], stream: str, seq: int, output: str) -> 
 
 
 def _replay(s: dict[str, str], stream: str, provider_url: str, sent: bytes, text: str) -> None:
+    """4. Replay from storage: the provider is gone; the SDK still gets its answer."""
     import openai
 
     from evidence_client import EvidenceUnverified, Replayer, ReplayMiss
 
+    _say()
+    _say("4. replay: the provider is stopped; the same call through "
+         "evidence_client.Replayer(api_url, api_key).http_client()")
     # Verified: each replayed answer is checked from the record's bytes to a checkpoint
     # signed by the stack's log key; without that key file, the API's key is pinned on first
     # use (and the demo says so).

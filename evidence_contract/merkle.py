@@ -47,7 +47,8 @@ consistency proofs) and verified with the algorithms of §2.1.3.2 and §2.1.4.2,
 with ``ProofError`` (``evidence_contract.merkle_verify``; the hashes are
 ``evidence_contract.tree_hash``; both importable from here). :class:`MerkleTree` holds every
 perfect subtree hash (2n hashes) and answers the root, inclusion and consistency proofs of
-any size up to its own in O(log n) hashes each; :class:`CompactRange` is the writer's O(log n) state: append leaves, read the root.
+any size up to its own in O(log n) hashes each; :class:`CompactRange` is the writer's
+O(log n) state: append leaves, read the root.
 
 Stored trees. A reader that keeps every perfect subtree hash in a table (the projections'
 ``tree_nodes``: ``(level, index) -> hash``, level 0 the leaf hashes, ``(h, i)`` covering
