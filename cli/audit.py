@@ -29,7 +29,7 @@ import json
 import os
 import sys
 
-from .settings import SettingsError, add_options, resolve
+from .settings import PolicyFiles, SettingsError, add_options, resolve
 
 HELP = "verify the log's chains and digests, and the projection against the log"
 
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     # records it was built with (else, for an older generation, EVIDENCE_REDACTION_FILE, the
     # projector's file): a masked body is then what the policy says.
     try:
-        from projections.redact import RedactionError, from_env
+        from projections.redact import RedactionError, load
 
         recorded, redaction = False, None
         if db:
@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
 
             recorded, redaction = recorded_redaction(db, views)
         if not recorded:
-            redaction = from_env(env)
+            path = PolicyFiles.from_env(env).redaction
+            redaction = load(path) if path else None
     except (OSError, RedactionError) as e:
         print(f"evidence audit: redaction policy: {e}", file=sys.stderr)
         return 2

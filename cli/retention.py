@@ -6,7 +6,7 @@
     evidence retention release --subject ID [--request-id R]
 
 The key store is the one ``EVIDENCE_KEY_STORE`` names (``server.keystore.from_env``); the
-classes come from ``EVIDENCE_RETENTION_FILE`` (``server.retention``); receipts go through
+classes come from ``EVIDENCE_RETENTION_FILE`` (``cli.settings.PolicyFiles``); receipts go through
 Kafka at ``EVIDENCE_KAFKA_BOOTSTRAP`` with ``EVIDENCE_TOPIC_PREFIX`` (the local stack's
 ``.stack/env`` fills in what the environment does not say: ``make up`` writes the retention
 file the shredder runs with there, so ``status`` here reads the shredder's policy).
@@ -35,7 +35,7 @@ from typing import Any
 
 from server.settings import Connection, SettingsError, add_connection_options
 
-from .settings import STACK_ENV
+from .settings import STACK_ENV, PolicyFiles
 
 HELP = "retention classes: the scheduled shredder (run), status, legal hold and release"
 
@@ -101,9 +101,11 @@ def _store(env: dict[str, str]) -> Any:
 
 
 def _policy(env: dict[str, str]) -> Any:
-    from server.retention import policy_from_env
+    """The retention policy of the file ``env`` names, None when it names none."""
+    from server.retention import load_policy
 
-    return policy_from_env(env)
+    path = PolicyFiles.from_env(env).retention
+    return load_policy(path) if path else None
 
 
 def _usage(msg: str) -> int:
