@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import sys
 import threading
 from typing import Any
 
+from server.logs import event_logger
 from server.settings import Connection, SettingsError, add_connection_options
 
 from .settings import STACK_ENV, PolicyFiles
@@ -40,6 +40,8 @@ from .settings import STACK_ENV, PolicyFiles
 HELP = "retention classes: the scheduled shredder (run), status, legal hold and release"
 
 EXIT_NOT_CONFIGURED = 3
+
+log = event_logger("evidence.retention")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -162,12 +164,9 @@ def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    logging.getLogger("evidence.retention").info(
-        "retention: policy %s (sha256 %s), %d classes, %s%s%s", policy.source,
-        policy.digest[:16], len(policy.classes),
-        "once" if once else f"every {args.interval:.0f} s",
-        f" as at {iso_micros(args.now)}" if args.now is not None else "",
-        " (dry run)" if args.dry_run else "")
+    log("info", "retention_started", policy=policy.source, policy_sha256=policy.digest,
+        classes=len(policy.classes), once=once, interval_s=None if once else args.interval,
+        now=None if args.now is None else iso_micros(args.now), dry_run=args.dry_run)
 
     def report(result: Any) -> None:
         if once:
