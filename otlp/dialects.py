@@ -2,13 +2,13 @@
 
 Dialects (the attribute names read from each package's source):
 
-    genai          the GenAI conventions since v1.37 (``gen_ai.provider.name``; content as
+    gen_ai         the GenAI conventions since v1.37 (``gen_ai.provider.name``; content as
                    ``gen_ai.input.messages`` / ``gen_ai.output.messages`` /
                    ``gen_ai.system_instructions`` on the span or the
                    ``gen_ai.client.inference.operation.details`` event):
                    opentelemetry-util-genai 1.3b0 with genai-openai / genai-anthropic, and
                    openai-v2 under ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``
-    genai-legacy   the conventions up to v1.36 (``gen_ai.system``; content in per-message log
+    gen_ai_1_36    the conventions up to v1.36 (``gen_ai.system``; content in per-message log
                    events ``gen_ai.{system,user,assistant,tool}.message`` / ``gen_ai.choice``):
                    openai-v2 2.4b0 by default
     openllmetry    traceloop's opentelemetry-instrumentation-openai: 0.62.x writes the
@@ -42,8 +42,8 @@ from otlp import messages, openinference
 from otlp.attributes import Attributes
 from otlp.model import BijotelClaims, Content, MappedCall, Params, Usage
 
-GENAI = "genai"
-GENAI_LEGACY = "genai-legacy"
+GENAI = "gen_ai"
+GENAI_LEGACY = "gen_ai_1_36"
 OPENLLMETRY = "openllmetry"
 OPENINFERENCE = "openinference"
 LOGFIRE = "logfire"

@@ -64,7 +64,7 @@ def test_genai_openai(monkeypatch, mode):
     call = _one_call(telemetry)
     _common_openai(call)
     assert (call.dialect, call.scope_name, call.scope_version) == (
-        "genai", "opentelemetry.instrumentation.genai.openai", "1.3b0")
+        "gen_ai", "opentelemetry.instrumentation.genai.openai", "1.3b0")
     assert call.operation == "chat" and call.provider == "openai"
     assert (call.server_address, call.server_port) == ("127.0.0.1", 9)
     assert call.response_id == "chatcmpl-abc123" and call.params.seed == "42"
@@ -81,7 +81,7 @@ def test_genai_openai(monkeypatch, mode):
     events = calls_in_logs(decode_logs(telemetry.logs, PROTOBUF)) if telemetry.logs else []
     if mode in ("EVENT_ONLY", "SPAN_AND_EVENT"):
         (event,) = events
-        assert event.source == "log_event" and event.dialect == "genai"
+        assert event.source == "log_event" and event.dialect == "gen_ai"
         assert (event.trace_id, event.span_id) == (call.trace_id, call.span_id)
         assert event.output_text == h.ANSWER and event.request_model == "gpt-4o-mini"
         assert not event.input_messages.rebuilt and event.input_messages.raw  # AnyValue bytes
@@ -151,7 +151,7 @@ def test_genai_anthropic(monkeypatch, mode):
     telemetry = providers.telemetry()
     call = _one_call(telemetry)
     assert (call.dialect, call.scope_name) == (
-        "genai", "opentelemetry.instrumentation.genai.anthropic")
+        "gen_ai", "opentelemetry.instrumentation.genai.anthropic")
     assert call.provider == "anthropic" and call.operation == "chat"
     assert call.request_model == "claude-haiku-4-5"
     assert call.response_model == "claude-haiku-4-5-20251001"
@@ -181,11 +181,11 @@ def test_openai_v2_recorded(name, content):
     assert call.provider == "openai"
     if name.startswith("default"):
         assert (call.dialect, call.scope_name) == (
-            "genai-legacy", "opentelemetry.instrumentation.openai_v2")
+            "gen_ai_1_36", "opentelemetry.instrumentation.openai_v2")
         assert call.input_messages is None  # the content is in per-message events
         call = with_message_events(call, log_records(decode_logs(logs, PROTOBUF)))
     else:
-        assert call.dialect == "genai"
+        assert call.dialect == "gen_ai"
     if content:
         assert call.output_text == h.ANSWER
         assert [m["role"] for m in call.input_messages.value] == ["system", "user"]
