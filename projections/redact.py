@@ -178,7 +178,10 @@ def load(path: str | Path) -> Policy:
     if str(path).endswith((".yaml", ".yml")):
         import yaml  # optional: JSON needs nothing
 
-        return parse(yaml.safe_load(text))
+        try:
+            return parse(yaml.safe_load(text))
+        except yaml.YAMLError as e:
+            raise RedactionError(f"{path}: not YAML: {e}") from None
     try:
         return parse(json.loads(text))
     except json.JSONDecodeError as e:
