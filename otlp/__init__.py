@@ -8,10 +8,12 @@
     attributes   OTLP attribute values as Python, with their exact bytes
     model        MappedCall and its parts
     bijotel      BIJOTEL's replay claims recomputed; replay compared on its basis
-    errors       OtlpError tree (400 / 413 / 415)
+    capture      a MappedCall as the CaptureEvent of record contract 2.2 (mapped from telemetry)
+    errors       OtlpError tree (400 / 413 / 415); UnmappableError (rejected in partial_success)
 """
 
-from otlp.bijotel import ClaimCheck, ReplayVerdict, check_claims, verify_replay_claim
+from otlp.bijotel import Claim, ClaimCheck, ReplayVerdict, check_claims, claims, verify_replay_claim
+from otlp.capture import Mapped, Streams, build_capture, captures_in_logs, captures_in_traces
 from otlp.decode import (
     DEFAULT_MAX_BODY,
     JSON,
@@ -32,7 +34,13 @@ from otlp.dialects import (
     map_span,
     with_message_events,
 )
-from otlp.errors import BadRequestError, OtlpError, TooLargeError, UnsupportedMediaError
+from otlp.errors import (
+    BadRequestError,
+    OtlpError,
+    TooLargeError,
+    UnmappableError,
+    UnsupportedMediaError,
+)
 from otlp.model import BijotelClaims, Content, MappedCall, Params, Usage
 
 __all__ = [
@@ -41,18 +49,26 @@ __all__ = [
     "PROTOBUF",
     "BadRequestError",
     "BijotelClaims",
+    "Claim",
     "ClaimCheck",
     "Content",
+    "Mapped",
     "MappedCall",
     "OtlpError",
     "Params",
     "ReplayVerdict",
+    "Streams",
     "TooLargeError",
+    "UnmappableError",
     "UnsupportedMediaError",
     "Usage",
+    "build_capture",
     "calls_in_logs",
     "calls_in_traces",
+    "captures_in_logs",
+    "captures_in_traces",
     "check_claims",
+    "claims",
     "decode_logs",
     "decode_traces",
     "dialect_of",

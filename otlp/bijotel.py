@@ -18,6 +18,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from otlp.attributes import any_value
 from otlp.messages import text_of_message
 from otlp.model import BijotelClaims, MappedCall
 
@@ -95,6 +99,70 @@ def check_claims(call: MappedCall) -> ClaimCheck | None:
     else:
         output = "mismatched"
     return ClaimCheck(prompt=prompt, output=output)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One ``bijotel.replay.*`` attribute as carried (its value as text) and its verdict."""
+
+    name: str
+    value: str
+    verdict: Verdict
+
+
+def claims(call: MappedCall) -> list[Claim]:
+    """Every ``bijotel.replay.*`` attribute of the call's span (or log record), in the order
+    the item carried them, each with its verdict.
+
+    ``prompt_hash`` and ``output_hash`` have :func:`check_claims`'s verdicts; ``seed``,
+    ``temperature`` and ``top_p`` are compared with the conventions' request attributes the
+    item also carries (``gen_ai.request.*``), ``model_version`` with ``gen_ai.response.model``;
+    a claim with nothing to compare with (``deterministic``, BIJOTEL's own judgement, or an
+    attribute this release does not know) is unverifiable.
+    """
+    if call.bijotel is None:
+        return []
+    item = (Span if call.source == "span" else LogRecord).FromString(call.span_bytes)
+    hashes = check_claims(call) or ClaimCheck("unverifiable", "unverifiable")
+    p = call.params
+    basis: dict[str, object] = {"seed": p.seed, "temperature": p.temperature, "top_p": p.top_p,
+                                "model_version": call.response_model}
+    out = []
+    for kv in item.attributes:
+        if not kv.key.startswith(_CLAIM_PREFIX):
+            continue
+        field = kv.key[len(_CLAIM_PREFIX):]
+        value = any_value(kv.value)
+        verdict: Verdict
+        if field == "prompt_hash":
+            verdict = hashes.prompt
+        elif field == "output_hash":
+            verdict = hashes.output
+        elif basis.get(field) is None:
+            verdict = "unverifiable"
+        else:
+            claimed = getattr(call.bijotel, field)
+            verdict = "verified" if claimed == basis[field] else "mismatched"
+        out.append(Claim(kv.key, _text(value), verdict))
+    return out
+
+
+_CLAIM_PREFIX = "bijotel.replay."
+
+
+def _text(value: object) -> str:
+    """An attribute value as text: a string as is, a bool as JSON's true/false, a number's
+    shortest decimal, anything else (arrays, maps, bytes) as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=lambda b: b.hex() if isinstance(b, bytes) else str(b))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@
         │                          the message goes into the google.rpc.Status body
         ├── TooLargeError          413: the body, decompressed, exceeds the size cap
         └── UnsupportedMediaError  415: a content type or content encoding OTLP/HTTP does not use
+    └── UnmappableError            a GenAI span or event that cannot become a capture (ids not
+                                   a W3C trace context, no scope name, ...): rejected in the
+                                   200's partial_success, the rest of the request is taken
 
 The HTTP layer branches on the class and reads ``status`` from it; never on message text.
 """
@@ -41,3 +44,8 @@ class UnsupportedMediaError(OtlpError):
     """A content type or content encoding other than OTLP/HTTP's (415)."""
 
     status = 415
+
+
+class UnmappableError(EvidenceError):
+    """A GenAI span or inference event that cannot become a capture of the record contract;
+    the receiver counts it in ``partial_success`` (rejected), with this message."""
