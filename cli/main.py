@@ -67,6 +67,7 @@ SUBCOMMAND_MODULES = {
     "retention": "cli.retention",
     "erase": "cli.erase",
     "fidelity": "fidelity.cli",
+    "otlp": "otlp.cli",
     "demo": "cli.demo",
 }
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import json
+
 import httpx
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -18,6 +20,9 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 SYSTEM = "Be brief."
 USER = "Say hello"
@@ -103,3 +108,54 @@ def anthropic_client():
 def anthropic_chat(client) -> None:
     client.messages.create(model="claude-haiku-4-5", system=SYSTEM, max_tokens=50,
                            messages=[{"role": "user", "content": USER}])
+
+
+# Spans built by hand, each id and attribute chosen (tests/unit/test_otlp_capture.py and
+# tests/integration/test_otlp_receiver.py).
+
+TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+SPAN = bytes.fromhex("b7ad6b7169203331")
+START = 1_764_000_000_123_456_789
+INPUT = json.dumps([{"role": "user", "parts": [{"type": "text", "content": USER}]}])
+OUTPUT = json.dumps([{"role": "assistant", "finish_reason": "stop",
+                      "parts": [{"type": "text", "content": ANSWER}]}])
+
+
+def kv(key, value):
+    """An OTLP attribute of a Python value (bool, int, float or str)."""
+    if isinstance(value, bool):
+        return KeyValue(key=key, value=AnyValue(bool_value=value))
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    if isinstance(value, float):
+        return KeyValue(key=key, value=AnyValue(double_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+GENAI = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+         "gen_ai.request.model": "gpt-4o-mini", "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
+         "gen_ai.request.seed": 42, "gen_ai.request.temperature": 0.0,
+         "gen_ai.request.max_tokens": 50, "server.address": "api.openai.com",
+         "server.port": 443, "gen_ai.input.messages": INPUT, "gen_ai.output.messages": OUTPUT}
+
+
+def span(attrs, *, span_id=SPAN, trace_id=TRACE, error=False):
+    """A CLIENT span with these attributes, built as an exporter sends it."""
+    return Span(trace_id=trace_id, span_id=span_id, name="chat gpt-4o-mini",
+                kind=Span.SPAN_KIND_CLIENT,
+                start_time_unix_nano=START, end_time_unix_nano=START + 1_500_000_000,
+                attributes=[kv(k, v) for k, v in attrs.items()],
+                status=Status(code=Status.STATUS_CODE_ERROR if error else Status.STATUS_CODE_OK))
+
+
+def export(*spans, scope="opentelemetry.instrumentation.genai.openai", version="1.3b0",
+           service=None):
+    """An ExportTraceServiceRequest of ``spans`` under one scope, as protobuf bytes."""
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    if service is not None:
+        resource_spans.resource.attributes.append(kv("service.name", service))
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.name, scope_spans.scope.version = scope, version
+    scope_spans.spans.extend(spans)
+    return request.SerializeToString()
