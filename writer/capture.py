@@ -19,7 +19,10 @@ from typing import Any
 
 from evidence_contract import (
     HEADER_SIZE,
+    SPAN_ID_SIZE,
     SUPPORTED_SCHEMA_VERSIONS,
+    TELEMETRY_DIALECTS,
+    TRACE_ID_SIZE,
     TRUNCATED_ERROR_BYTES,
     DecodeError,
     TruncatedError,
@@ -171,6 +174,9 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
         kept = _kept_despite_truncation(body)
         if kept:
             return reject(Reason.BAD_TRUNCATION, kept)
+    rejection = _check_trace(body, version) or _check_telemetry(body, version)
+    if rejection is not None:
+        return rejection
     missing = _missing_fields(body)
     if missing:
         return reject(Reason.MISSING_FIELD, missing)
@@ -200,8 +206,9 @@ def _content_problem(body: dict[str, Any], version: str) -> Rejection | None:
         # data key, which the writer never holds. What it can check is the shape: scheme,
         # key id, every content field an envelope of that key, the plaintext lengths.
         problem = encrypted_body_problem(body)
-        if not problem and version != "2.1":
-            problem = f"schema_version {version!r} has no encryption; an encrypted capture is 2.1"
+        if not problem and version not in ("2.1", "2.2"):
+            problem = (f"schema_version {version!r} has no encryption; an encrypted capture "
+                       f"is 2.1 or later")
         return reject(Reason.BAD_ENCRYPTION, problem) if problem else None
     wrong = _wrong_length(body)
     if wrong:
@@ -244,7 +251,8 @@ def _kept_despite_truncation(body: dict[str, Any]) -> str:
 
 def _missing_fields(body: dict[str, Any]) -> str:
     truncated = body["capture"]["truncated"]
-    if body["outcome"] == "COMMITTED":
+    # A capture mapped from telemetry has no response body, also when COMMITTED.
+    if body["outcome"] == "COMMITTED" and body.get("telemetry") is None:
         needed = ("response_digest", "response_length") if truncated else (
             "response_bytes", "response_digest", "response_length")
         for name in needed:
@@ -263,6 +271,63 @@ def _missing_fields(body: dict[str, Any]) -> str:
     for kept, digest in (("input_bytes", "input_digest"), ("prompt_bytes", "prompt_digest")):
         if body[kept] is not None and body[digest] is None:
             return f"missing field {digest}: {kept} are present"
+    return ""
+
+
+def _check_trace(body: dict[str, Any], version: str) -> Rejection | None:
+    """BAD_TRACE: a trace context (record contract 2.2) must be one a span can have, the W3C
+    ids of a 2.2 capture: trace_id 16 bytes, span_id 8, neither all zero."""
+    trace = body.get("trace")  # absent from a 2.0 or 2.1 body
+    if trace is None:
+        return None
+    if version != "2.2":
+        return reject(Reason.BAD_TRACE, f"schema_version {version!r} has no trace; a capture "
+                                        f"with a trace is 2.2")
+    for name, size in (("trace_id", TRACE_ID_SIZE), ("span_id", SPAN_ID_SIZE)):
+        value = trace[name]
+        if len(value) != size:
+            return reject(Reason.BAD_TRACE, f"trace.{name} is {len(value)} bytes, not {size}")
+        if not any(value):
+            return reject(Reason.BAD_TRACE, f"trace.{name} is all zero (an invalid W3C id)")
+    return None
+
+
+def _check_telemetry(body: dict[str, Any], version: str) -> Rejection | None:
+    """BAD_TELEMETRY: a capture mapped from telemetry (record contract 2.2) is labelled as
+    such and never passes for wire bytes: a trace, no request or response bytes, content_key
+    the span's digest, no encryption. Its digest sizes were checked with every other digest
+    (BAD_DIGEST)."""
+    telemetry = body.get("telemetry")  # absent from a 2.0 or 2.1 body
+    problem = "" if telemetry is None else _telemetry_problem(body, telemetry, version)
+    return reject(Reason.BAD_TELEMETRY, problem) if problem else None
+
+
+def _telemetry_problem(body: dict[str, Any], telemetry: dict[str, Any], version: str) -> str:
+    if version != "2.2":
+        return f"schema_version {version!r} has no telemetry; a mapped capture is 2.2"
+    if telemetry["dialect"] not in TELEMETRY_DIALECTS:
+        return (f"telemetry.dialect {telemetry['dialect'][:40]!r} is none of "
+                f"{', '.join(TELEMETRY_DIALECTS)}")
+    if not telemetry["scope_name"]:
+        return "telemetry.scope_name is empty"
+    corroborates = telemetry["corroborates"]
+    if corroborates is not None and not valid_event_id(corroborates):
+        return f"telemetry.corroborates {corroborates[:40]!r} is not a canonical UUIDv7"
+    for i, claim in enumerate(telemetry["claims"]):
+        if not claim["name"]:
+            return f"telemetry.claims[{i}].name is empty"
+    if body["trace"] is None:
+        return "a capture mapped from telemetry needs the trace it was mapped from"
+    if body["capture"]["request_policy"] != "HASH_ONLY" or body["request_bytes"] is not None:
+        return ("a capture mapped from telemetry had no request bytes: request_policy is "
+                "HASH_ONLY and request_bytes null")
+    if not hmac.compare_digest(body["content_key"], telemetry["span_digest"]):
+        return "content_key of a capture mapped from telemetry must equal telemetry.span_digest"
+    for name in ("response_bytes", "response_digest", "response_length"):
+        if body[name] is not None:
+            return f"a capture mapped from telemetry had no response body, yet {name} is set"
+    if body["encryption"] is not None:
+        return "a capture mapped from telemetry cannot be encrypted (not supported yet)"
     return ""
 
 
