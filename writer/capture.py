@@ -50,7 +50,7 @@ from evidence_contract.codec import MARKER
 from evidence_contract.envelope import encrypted_body_problem
 from evidence_contract.chain import Head, Link, advance
 from evidence_contract.merkle import CompactRange
-from evidence_contract.vectors import committed_event
+from evidence_contract.vectors import committed_event, traced_event
 from writer.checkpoints import TreeState, record_leaf
 from writer.reasons import Reason
 
@@ -424,23 +424,24 @@ def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str
 
 def self_check(mod: Any) -> str:
     """Why the compiled seal path ``mod`` (``evidence_seal_native``) disagrees with this one on
-    the contract's committed vector, or "" when it seals it byte for byte the same."""
-    event = committed_event()
-    value, key = encode("CaptureEvent", event), event["stream"].encode("utf-8")
+    the contract's committed vectors (with and without a trace), or "" when it seals them
+    byte for byte the same."""
     writer = {"writer_id": "self-check", "transactional_id": "self-check", "version": "0"}
-    capture = validate(value, key, 1 << 24)
-    if not isinstance(capture, Capture):  # pragma: no cover - the vector is valid
-        return f"the committed vector does not validate: {capture}"
-    head = Head.genesis(capture.stream)
-    record, new_head = seal_capture(capture, head, 1, writer, 0, 7)
     kernel = mod.Kernel(writer["writer_id"], writer["transactional_id"], writer["version"])
-    got = kernel.check(value, key, 1 << 24, 0, 0)
-    if got is None or tuple(got[:2]) != (capture.stream, capture.event_id):
-        return "it does not accept the contract's committed vector"
-    native = kernel.seal(value, got[2], head.digest, 1, 1, 0, 7)
-    if (native[0], native[1], native[2]) != (record, new_head.digest,
-                                             record_leaf(record, new_head.digest)):
-        return "it seals the contract's committed vector differently"
+    for name, event in (("committed", committed_event()), ("traced", traced_event())):
+        value, key = encode("CaptureEvent", event), event["stream"].encode("utf-8")
+        capture = validate(value, key, 1 << 24)
+        if not isinstance(capture, Capture):  # pragma: no cover - the vectors are valid
+            return f"the {name} vector does not validate: {capture}"
+        head = Head.genesis(capture.stream)
+        record, new_head = seal_capture(capture, head, 1, writer, 0, 7)
+        got = kernel.check(value, key, 1 << 24, 0, 0)
+        if got is None or tuple(got[:2]) != (capture.stream, capture.event_id):
+            return f"it does not accept the contract's {name} vector"
+        native = kernel.seal(value, got[2], head.digest, 1, 1, 0, 7)
+        if (native[0], native[1], native[2]) != (record, new_head.digest,
+                                                 record_leaf(record, new_head.digest)):
+            return f"it seals the contract's {name} vector differently"
     merge = getattr(kernel, "append_leaf", None)
     if merge is None:
         return "it has no Merkle append (a build older than this writer)"
