@@ -19,10 +19,7 @@ from typing import Any
 
 from evidence_contract import (
     HEADER_SIZE,
-    SPAN_ID_SIZE,
     SUPPORTED_SCHEMA_VERSIONS,
-    TELEMETRY_DIALECTS,
-    TRACE_ID_SIZE,
     TRUNCATED_ERROR_BYTES,
     DecodeError,
     TruncatedError,
@@ -48,6 +45,7 @@ from evidence_contract import (
 )
 from evidence_contract.codec import MARKER
 from evidence_contract.envelope import encrypted_body_problem
+from evidence_contract.telemetry import is_mapped, telemetry_problem, trace_problem
 from evidence_contract.chain import Head, Link, advance
 from evidence_contract.merkle import CompactRange
 from evidence_contract.vectors import committed_event, traced_event
@@ -252,7 +250,7 @@ def _kept_despite_truncation(body: dict[str, Any]) -> str:
 def _missing_fields(body: dict[str, Any]) -> str:
     truncated = body["capture"]["truncated"]
     # A capture mapped from telemetry has no response body, also when COMMITTED.
-    if body["outcome"] == "COMMITTED" and body.get("telemetry") is None:
+    if body["outcome"] == "COMMITTED" and not is_mapped(body):
         needed = ("response_digest", "response_length") if truncated else (
             "response_bytes", "response_digest", "response_length")
         for name in needed:
@@ -276,59 +274,18 @@ def _missing_fields(body: dict[str, Any]) -> str:
 
 def _check_trace(body: dict[str, Any], version: str) -> Rejection | None:
     """BAD_TRACE: a trace context (record contract 2.2) must be one a span can have, the W3C
-    ids of a 2.2 capture: trace_id 16 bytes, span_id 8, neither all zero."""
-    trace = body.get("trace")  # absent from a 2.0 or 2.1 body
-    if trace is None:
-        return None
-    if version != "2.2":
-        return reject(Reason.BAD_TRACE, f"schema_version {version!r} has no trace; a capture "
-                                        f"with a trace is 2.2")
-    for name, size in (("trace_id", TRACE_ID_SIZE), ("span_id", SPAN_ID_SIZE)):
-        value = trace[name]
-        if len(value) != size:
-            return reject(Reason.BAD_TRACE, f"trace.{name} is {len(value)} bytes, not {size}")
-        if not any(value):
-            return reject(Reason.BAD_TRACE, f"trace.{name} is all zero (an invalid W3C id)")
-    return None
+    ids of a 2.2 capture (:func:`evidence_contract.telemetry.trace_problem`)."""
+    problem = trace_problem(body)
+    return reject(Reason.BAD_TRACE, problem) if problem else None
 
 
 def _check_telemetry(body: dict[str, Any], version: str) -> Rejection | None:
     """BAD_TELEMETRY: a capture mapped from telemetry (record contract 2.2) is labelled as
     such and never passes for wire bytes: a trace, no request or response bytes, content_key
-    the span's digest, no encryption. Its digest sizes were checked with every other digest
-    (BAD_DIGEST)."""
-    telemetry = body.get("telemetry")  # absent from a 2.0 or 2.1 body
-    problem = "" if telemetry is None else _telemetry_problem(body, telemetry, version)
+    the span's digest, no encryption (:func:`evidence_contract.telemetry.telemetry_problem`).
+    Its digest sizes were checked with every other digest (BAD_DIGEST)."""
+    problem = telemetry_problem(body)
     return reject(Reason.BAD_TELEMETRY, problem) if problem else None
-
-
-def _telemetry_problem(body: dict[str, Any], telemetry: dict[str, Any], version: str) -> str:
-    if version != "2.2":
-        return f"schema_version {version!r} has no telemetry; a mapped capture is 2.2"
-    if telemetry["dialect"] not in TELEMETRY_DIALECTS:
-        return (f"telemetry.dialect {telemetry['dialect'][:40]!r} is none of "
-                f"{', '.join(TELEMETRY_DIALECTS)}")
-    if not telemetry["scope_name"]:
-        return "telemetry.scope_name is empty"
-    corroborates = telemetry["corroborates"]
-    if corroborates is not None and not valid_event_id(corroborates):
-        return f"telemetry.corroborates {corroborates[:40]!r} is not a canonical UUIDv7"
-    for i, claim in enumerate(telemetry["claims"]):
-        if not claim["name"]:
-            return f"telemetry.claims[{i}].name is empty"
-    if body["trace"] is None:
-        return "a capture mapped from telemetry needs the trace it was mapped from"
-    if body["capture"]["request_policy"] != "HASH_ONLY" or body["request_bytes"] is not None:
-        return ("a capture mapped from telemetry had no request bytes: request_policy is "
-                "HASH_ONLY and request_bytes null")
-    if not hmac.compare_digest(body["content_key"], telemetry["span_digest"]):
-        return "content_key of a capture mapped from telemetry must equal telemetry.span_digest"
-    for name in ("response_bytes", "response_digest", "response_length"):
-        if body[name] is not None:
-            return f"a capture mapped from telemetry had no response body, yet {name} is set"
-    if body["encryption"] is not None:
-        return "a capture mapped from telemetry cannot be encrypted (not supported yet)"
-    return ""
 
 
 def _wrong_length(body: dict[str, Any]) -> str:
