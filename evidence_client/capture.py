@@ -198,4 +198,6 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
             "duration_us": ex.duration_us,
         },
         "encryption": None,  # the recorder's encrypt policy seals the capture afterwards
+        "trace": None,  # contract 2.2: the span the call ran in, when one is recorded
+        "telemetry": None,  # contract 2.2: only a capture mapped from telemetry has one
     }
