@@ -37,11 +37,12 @@ down:
 ## test: the layer contract (.importlinter), the same set-up, then the whole suite against
 ##       that real Kafka and PostgreSQL, on TEST_WORKERS parallel pytest-xdist workers
 ##       (default 4: a test mostly waits on Kafka and PostgreSQL, so 2 cores keep 4 busy;
-##       TEST_WORKERS=0 runs it in one process)
+##       TEST_WORKERS=0 runs it in one process; an idle worker takes tests from a busy one's
+##       queue, so a few long tests do not end the run alone; the 25 longest are listed)
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m devstack up
-	$(PY) -m pytest -n $(or $(TEST_WORKERS),4) --dist load $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(or $(TEST_WORKERS),4) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 ## unit: the pure tests only, no services
 unit: $(STAMP)

@@ -158,8 +158,21 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def _describe(errors: list[dict[str, Any]]) -> str:
-    """One sentence per validation error, with the field named the way the client sent it."""
+def _body_fields(request: Request) -> tuple[str, ...]:
+    """The top-level fields of the JSON body the request's route takes, as its OpenAPI request
+    body names them (the model the route parses the body with: ``VerifyRequest`` for
+    ``POST /replay/verify``, ``ErasureRequestIn`` for ``POST /admin/erasures``); () when the
+    route documents no JSON object body."""
+    route = request.scope.get("route")
+    extra = (route.openapi_extra if isinstance(route, APIRoute) else None) or {}
+    schema = (extra.get("requestBody", {}).get("content", {}).get("application/json", {})
+              .get("schema", {}))
+    return tuple(schema.get("properties", {}))
+
+
+def _describe(errors: list[dict[str, Any]], fields: tuple[str, ...] = ()) -> str:
+    """One sentence per validation error, with the field named the way the client sent it;
+    an unknown top-level field is told ``fields``, the ones the body may have."""
     parts = []
     for e in errors[:5]:
         where = [str(x) for x in e.get("loc", ()) if x != "body"]
@@ -168,8 +181,8 @@ def _describe(errors: list[dict[str, Any]]) -> str:
         kind = e.get("type", "")
         msg = str(e.get("msg", "")).removeprefix("Value error, ")
         if kind == "extra_forbidden":
-            parts.append(f"unknown field {field!r} (allowed: stream, seq, event_id, "
-                         f"replayed_output, replayed_response_b64)")
+            allowed = f" (allowed: {', '.join(fields)})" if fields and len(where) == 1 else ""
+            parts.append(f"unknown field {field!r}{allowed}")
         elif kind == "json_invalid":
             parts.append("the body is not valid JSON")
         elif kind == "missing" and not field:
@@ -188,11 +201,12 @@ async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
     return error_response(exc.status, exc.code, exc.message, exc.headers or None, **extra)
 
 
-async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = list(exc.errors())
     details = [{"loc": [str(x) for x in e.get("loc", ())], "type": e.get("type"),
                 "msg": str(e.get("msg", "")).removeprefix("Value error, ")} for e in errors]
-    return error_response(422, "invalid_request", _describe(errors), details=details)
+    return error_response(422, "invalid_request", _describe(errors, _body_fields(request)),
+                          details=details)
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -81,43 +81,60 @@ def check_reconstruction(message: bytes, stored_body: bytes, record: Mapping[str
     ``message`` is the log message, ``stored_body``/``record`` what ``split_record`` gives.
     """
     body, seal = record["body"], record["seal"]
-    problems: list[str] = []
     # The record must first be the evidence it claims to be.
+    problems = _evidence_problems(stored_body, body, seal)
+    if replay_expected(body):
+        problems += _replay_problems(body, seal, served)
+    if served.record_status != 200 or served.record_json is None:
+        problems.append(f"/streams/{body['stream']}/records/{seal['seq']} answered "
+                        f"{served.record_status}")
+        return problems
+    return problems + _record_problems(message, body, seal, served.record_json)
+
+
+def _evidence_problems(stored_body: bytes, body: Mapping[str, Any],
+                       seal: Mapping[str, Any]) -> list[str]:
+    """The log record's own digests that do not recompute."""
+    problems = []
     if record_digest(bytes(seal["prev_digest"]), seal["seq"], seal["occurred_at"],
                      stored_body) != bytes(seal["record_digest"]):
         problems.append("the log record's record_digest does not recompute")
     if body["response_bytes"] is not None and body["response_digest"] is not None and \
             response_digest(body["response_bytes"]) != bytes(body["response_digest"]):
         problems.append("the log record's response_digest does not recompute")
+    return problems
 
-    if replay_expected(body):
-        if served.replay_status != 200:
-            problems.append(f"/replay answered {served.replay_status}, not the recorded response")
-        else:
-            if served.replay_body != bytes(body["response_bytes"]):
-                problems.append(
-                    f"/replay served {len(served.replay_body or b'')} bytes that differ from the "
-                    f"{len(body['response_bytes'])} recorded response bytes (response_digest "
-                    f"{_hex(response_digest(served.replay_body or b''))[:16]}… served, "
-                    f"{_hex(body['response_digest'])[:16]}… recorded)")
-            h = {k.lower(): v for k, v in served.replay_headers.items()}
-            if h.get("evidence-source") == "log":
-                # The API found its row altered and answered from the log (api.evidence).
-                problems.append("/replay served the log's copy: the API found the projected "
-                                "row altered (Evidence-Finding: "
-                                f"{h.get('evidence-finding')})")
-            for name, want in (("evidence-stream", body["stream"]),
-                               ("evidence-seq", str(seal["seq"])),
-                               ("evidence-record-digest", _hex(seal["record_digest"]))):
-                if h.get(name) != want:
-                    problems.append(f"/replay header {name} is {h.get(name)!r}, the log says "
-                                    f"{want!r}")
 
-    if served.record_status != 200 or served.record_json is None:
-        problems.append(f"/streams/{body['stream']}/records/{seal['seq']} answered "
-                        f"{served.record_status}")
-        return problems
-    r = served.record_json
+def _replay_problems(body: Mapping[str, Any], seal: Mapping[str, Any],
+                     served: Served) -> list[str]:
+    """How ``/replay`` differs from the recorded response and the record it names."""
+    if served.replay_status != 200:
+        return [f"/replay answered {served.replay_status}, not the recorded response"]
+    problems = []
+    if served.replay_body != bytes(body["response_bytes"]):
+        problems.append(
+            f"/replay served {len(served.replay_body or b'')} bytes that differ from the "
+            f"{len(body['response_bytes'])} recorded response bytes (response_digest "
+            f"{_hex(response_digest(served.replay_body or b''))[:16]}… served, "
+            f"{_hex(body['response_digest'])[:16]}… recorded)")
+    h = {k.lower(): v for k, v in served.replay_headers.items()}
+    if h.get("evidence-source") == "log":
+        # The API found its row altered and answered from the log (api.evidence).
+        problems.append("/replay served the log's copy: the API found the projected "
+                        "row altered (Evidence-Finding: "
+                        f"{h.get('evidence-finding')})")
+    for name, want in (("evidence-stream", body["stream"]),
+                       ("evidence-seq", str(seal["seq"])),
+                       ("evidence-record-digest", _hex(seal["record_digest"]))):
+        if h.get(name) != want:
+            problems.append(f"/replay header {name} is {h.get(name)!r}, the log says "
+                            f"{want!r}")
+    return problems
+
+
+def _record_problems(message: bytes, body: Mapping[str, Any], seal: Mapping[str, Any],
+                     r: Mapping[str, Any]) -> list[str]:
+    """The fields of ``/streams/{s}/records/{seq}?include=bytes`` that differ from the log."""
     want: dict[str, Any] = {
         "stream": body["stream"], "seq": seal["seq"], "event_id": body["event_id"],
         "occurred_at_us": seal["occurred_at"], "outcome": body["outcome"],
@@ -130,6 +147,7 @@ def check_reconstruction(message: bytes, stored_body: bytes, record: Mapping[str
         "request_length": body["request_length"], "response_length": body["response_length"],
         "truncated": body["capture"]["truncated"],
     }
+    problems = []
     seed = body["replay"]["seed"]
     served_seed = (r.get("replay") or {}).get("seed")
     if served_seed != (None if seed is None else int(seed)):

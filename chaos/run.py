@@ -83,6 +83,52 @@ class Run:
 
         return (read_state(self.cfg.services_dir / f"{name}.state") or {}).get("restarts", 0)
 
+    def stop_loads(self) -> None:
+        """Every load process closes its Recorder (SIGTERM), or is killed after 120 s."""
+        for p in self.loads.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.loads.values():
+            try:
+                p.wait(120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def calls(self) -> tuple[dict[str, str], dict[str, dict]]:
+        """What the load processes wrote: each call returned to the application (content key
+        -> stream), and each process's Recorder metrics."""
+        submitted: dict[str, str] = {}
+        metrics: dict[str, dict] = {}
+        for f in self.work.glob("*.calls"):
+            for line in f.read_text().splitlines():
+                key, stream = line.split()
+                submitted[key] = stream
+            m = Path(f"{f}.metrics")
+            if m.exists():
+                metrics[f.stem] = json.loads(m.read_text())
+        return submitted, metrics
+
+    def keep_logs(self, logs: Path) -> None:
+        """Copy the services', the broker's and the load processes' logs to ``logs``."""
+        shutil.rmtree(logs, ignore_errors=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        for f in [*self.cfg.services_dir.glob("*.log"), *self.work.glob("*.log"),
+                  self.cfg.kafka_log]:
+            try:
+                shutil.copy(f, logs / f.name)
+            except OSError:
+                pass
+
+    def tear_down(self) -> None:
+        """Kill what still runs, stop the stack and remove its directory."""
+        from devstack import stack
+
+        for p in self.loads.values():
+            if p.poll() is None:
+                p.kill()
+        stack.down(self.cfg, clean=True)
+        shutil.rmtree(self.work, ignore_errors=True)
+
 
 def _kill_broker(run: Run) -> None:
     from devstack import kafka
@@ -215,7 +261,7 @@ def _check_projection(run: Run, records: list) -> dict[str, Any]:
             "missing": len(set(want) - set(got)), "extra": len(set(got) - set(want))}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=180.0, help="seconds of load (180)")
@@ -224,51 +270,83 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=25.0, help="calls/s per process (25)")
     ap.add_argument("--keep", action="store_true", help="keep the stack and its directory")
     ap.add_argument("--report-dir", type=Path, default=RESULTS)
-    args = ap.parse_args(argv)
-    duration = 45.0 if args.short and args.duration == 180.0 else args.duration
+    return ap
 
-    from devstack import stack
+
+def _isolated_stack(work: Path) -> Any:
+    """The configuration of a stack under ``work`` on free ports, so that it may run beside
+    `make up`; the services' metrics endpoints on free ports too."""
     from devstack.config import StackConfig
 
-    work = Path(tempfile.mkdtemp(prefix="evidence-chaos-"))
     cfg = StackConfig(root=work, kafka_port=free_port(), controller_port=free_port(),
                       postgres_port=free_port(), api_port=free_port(),
                       witness_port=free_port(), cache=StackConfig.from_env().cache)
     _say(f"an isolated stack under {work}")
-    # the services' metrics endpoints on free ports too: the stack may run beside `make up`
     os.environ["EVIDENCE_WRITER_METRICS_PORT"] = str(free_port())
     os.environ["EVIDENCE_PROJECTOR_METRICS_PORT"] = str(free_port())
+    return cfg
+
+
+def _load_under_faults(run: Run, duration: float, processes: int, short: bool) -> None:
+    """Start the load processes (the second with its clock an hour ahead), inflict the
+    faults on their schedule, then stop the load after ``duration`` seconds."""
+    t0 = time.monotonic()
+    for i in range(processes):
+        run.start_load(f"load-{i}", skew_s=3600.0 if i == 1 else 0.0)
+    run.fault("clock_skew")
+    for at, fault in _schedule(run, duration, short):
+        time.sleep(max(0.0, t0 + at - time.monotonic()))
+        fault()
+    time.sleep(max(0.0, t0 + duration - time.monotonic()))
+    _say("load stops; every load process closes its Recorder")
+    run.stop_loads()
+
+
+def _passed(result: dict[str, Any]) -> bool:
+    return (result["lost"] == 0 and result["duplicated"] == 0 and result["gaps"] == 0
+            and result["duplicated_event_ids"] == 0 and not result["chain_findings"]
+            and result["projection"]["equal_to_log"] and result["audit_exit"] == 0)
+
+
+def _summary(result: dict[str, Any]) -> str:
+    """The run's one line."""
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(result["faults"].items()))
+    # A call in flight when its load process was killed -9 may be sealed (it was spooled or
+    # sent) without ever returning to the application: sealed, not submitted, not lost.
+    in_flight = result["sealed"] - result["duplicated"] - result["submitted"]
+    extra = f" ({in_flight} from calls in flight in killed load processes)" if in_flight else ""
+    return (f"chaos: {result['submitted']} captures submitted, {result['sealed']} sealed{extra}, "
+            f"{result['lost']} lost, {result['duplicated']} duplicated, {result['gaps']} gaps "
+            f"in {result['streams']} streams; projection {'= log' if result['projection']['equal_to_log'] else '!= log'}; "
+            f"audit exit {result['audit_exit']}; faults: {faults}; supervisor restarts "
+            f"{result['restarts']}; {'PASS' if result['passed'] else 'FAIL'}")
+
+
+def _write_report(report_dir: Path, result: dict[str, Any], duration: float) -> None:
+    """``<UTC time>.json`` and ``latest.md`` in ``report_dir``."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    (report_dir / f"{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
+    (report_dir / "latest.md").write_text(
+        f"# Last chaos run ({stamp}, {round(duration)} s)\n\n{result['summary']}\n\n```json\n"
+        f"{json.dumps(result, indent=2, default=str)}\n```\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    duration = 45.0 if args.short and args.duration == 180.0 else args.duration
+
+    from devstack import stack
+
+    work = Path(tempfile.mkdtemp(prefix="evidence-chaos-"))
+    cfg = _isolated_stack(work)
     control = work / "control"
     control.mkdir()
     run = Run(cfg, {}, work, control, work / "spool", args.rate)
     try:
         run.env = stack.up(cfg)
-        t0 = time.monotonic()
-        for i in range(args.processes):
-            run.start_load(f"load-{i}", skew_s=3600.0 if i == 1 else 0.0)
-        run.fault("clock_skew")
-        for at, fault in _schedule(run, duration, args.short):
-            time.sleep(max(0.0, t0 + at - time.monotonic()))
-            fault()
-        time.sleep(max(0.0, t0 + duration - time.monotonic()))
-        _say("load stops; every load process closes its Recorder")
-        for p in run.loads.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in run.loads.values():
-            try:
-                p.wait(120)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        submitted: dict[str, str] = {}
-        metrics: dict[str, dict] = {}
-        for f in work.glob("*.calls"):
-            for line in f.read_text().splitlines():
-                key, stream = line.split()
-                submitted[key] = stream
-            m = Path(f"{f}.metrics")
-            if m.exists():
-                metrics[f.stem] = json.loads(m.read_text())
+        _load_under_faults(run, duration, args.processes, args.short)
+        submitted, metrics = run.calls()
         _say(f"{len(submitted)} calls returned to the application; checking the log")
         result = _check(run, submitted)
         result.update(faults=run.faults, duration_s=round(duration),
@@ -277,40 +355,11 @@ def main(argv: list[str] | None = None) -> int:
                       spools_left=sorted(p.name for p in run.spool_root.iterdir())
                       if run.spool_root.exists() else [])
     finally:
-        logs = args.report_dir / "last-logs"
-        shutil.rmtree(logs, ignore_errors=True)
-        logs.mkdir(parents=True, exist_ok=True)
-        for f in [*cfg.services_dir.glob("*.log"), *work.glob("*.log"), cfg.kafka_log]:
-            try:
-                shutil.copy(f, logs / f.name)
-            except OSError:
-                pass
+        run.keep_logs(args.report_dir / "last-logs")
         if not args.keep:
-            for p in run.loads.values():
-                if p.poll() is None:
-                    p.kill()
-            stack.down(cfg, clean=True)
-            shutil.rmtree(work, ignore_errors=True)
-    ok = (result["lost"] == 0 and result["duplicated"] == 0 and result["gaps"] == 0
-          and result["duplicated_event_ids"] == 0 and not result["chain_findings"] and result["projection"]["equal_to_log"]
-          and result["audit_exit"] == 0)
-    result["passed"] = ok
-    faults = ", ".join(f"{k} {v}" for k, v in sorted(result["faults"].items()))
-    # A call in flight when its load process was killed -9 may be sealed (it was spooled or
-    # sent) without ever returning to the application: sealed, not submitted, not lost.
-    in_flight = result["sealed"] - result["duplicated"] - result["submitted"]
-    extra = f" ({in_flight} from calls in flight in killed load processes)" if in_flight else ""
-    summary = (f"chaos: {result['submitted']} captures submitted, {result['sealed']} sealed{extra}, "
-               f"{result['lost']} lost, {result['duplicated']} duplicated, {result['gaps']} gaps "
-               f"in {result['streams']} streams; projection {'= log' if result['projection']['equal_to_log'] else '!= log'}; "
-               f"audit exit {result['audit_exit']}; faults: {faults}; supervisor restarts "
-               f"{result['restarts']}; {'PASS' if ok else 'FAIL'}")
-    result["summary"] = summary
+            run.tear_down()
+    result["passed"] = ok = _passed(result)
+    result["summary"] = summary = _summary(result)
     print(summary, flush=True)
-    args.report_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    (args.report_dir / f"{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
-    (args.report_dir / "latest.md").write_text(
-        f"# Last chaos run ({stamp}, {round(duration)} s)\n\n{summary}\n\n```json\n"
-        f"{json.dumps(result, indent=2, default=str)}\n```\n")
+    _write_report(args.report_dir, result, duration)
     return 0 if ok else 1

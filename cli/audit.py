@@ -29,7 +29,9 @@ import json
 import os
 import sys
 
-from .settings import SettingsError, add_options, resolve
+from .report import LazyProgress, write_json
+from .settings import PolicyFiles, SettingsError, add_options, resolve
+from .tlog import CliError, fail
 
 HELP = "verify the log's chains and digests, and the projection against the log"
 
@@ -109,103 +111,93 @@ def _keys(args: argparse.Namespace, env: dict[str, str]):
 def run(args: argparse.Namespace) -> int:
     from audit.errors import AuditError
     from audit.run import run_audit
-    from cli.progress import Progress
     from evidence_contract import valid_stream_id
     from topics import TopicSettings
 
     if args.stream is not None and not valid_stream_id(args.stream):
-        print(f"evidence audit: {args.stream!r} is not a stream id ([A-Za-z0-9._:-]{{1,128}})",
-              file=sys.stderr)
-        return 2
+        return fail("audit", CliError(2, f"{args.stream!r} is not a stream id "
+                                         f"([A-Za-z0-9._:-]{{1,128}})"))
     env = _stack_env()
+    try:
+        bootstrap, db, views = _connection(args, env)
+        settings = TopicSettings.from_env(env)
+        trees = None if args.no_trees else _trees(args, env, bootstrap, settings.names)
+        redaction = _redaction(env, db, views)
+        # Offsets read of the log's end offsets (commit markers take offsets too); on a
+        # terminal one rewritten line, in a log file a line every few seconds.
+        progress = LazyProgress(f"auditing {settings.names.log}")
+        report = run_audit(bootstrap, settings.names, db,
+                           views=views,
+                           stream=args.stream, progress=progress, trees=trees,
+                           redaction=redaction)
+    except AuditError as e:
+        return fail("audit", CliError(1, f"cannot run: {e}"))
+    except CliError as e:
+        return fail("audit", e)
+    progress.close(report.messages)
+    if args.json is not None:
+        write_json(report.to_dict(), args.json)
+    if args.json != "-":
+        _print_summary(report)
+    return 0 if report.clean else 3
+
+
+def _connection(args: argparse.Namespace, env: dict[str, str]):
+    """(Kafka bootstrap, database URL or None with --no-projection, views schema)."""
     try:
         shared = resolve(args, env)
     except SettingsError as e:
-        print(f"evidence audit: {e}", file=sys.stderr)
-        return 2
-    bootstrap, views = shared.bootstrap, shared.views_schema
+        raise CliError(2, str(e)) from e
+    if not shared.bootstrap:
+        raise CliError(1, "no Kafka to read: pass --bootstrap, set EVIDENCE_KAFKA_BOOTSTRAP "
+                          "or run `make up`")
     db = None if args.no_projection else shared.database_url
-    if not bootstrap:
-        print("evidence audit: no Kafka to read: pass --bootstrap, set EVIDENCE_KAFKA_BOOTSTRAP "
-              "or run `make up`", file=sys.stderr)
-        return 1
-    settings = TopicSettings.from_env(env)
-    trees = None
-    if not args.no_trees:
-        from audit.tlog import TreeAudit
-        from audit.witnesses import load_checkpoint_file, load_witness
+    return shared.bootstrap, db, shared.views_schema
 
-        try:
-            log_key, witness_keys = _keys(args, env)
-        except ValueError as e:
-            print(f"evidence audit: {e}", file=sys.stderr)
-            return 2
-        if log_key is None and (args.witness or args.checkpoint):
-            print("evidence audit: --witness and --checkpoint need the log's verifier key: "
-                  "pass --log-key FILE or set EVIDENCE_LOG_VERIFIER_KEY_FILE", file=sys.stderr)
-            return 2
-        if log_key is not None:
-            trees = TreeAudit(log_key, stream_filter=args.stream)
-            try:
-                for path in args.checkpoint:
-                    load_checkpoint_file(trees, path, witness_keys)
-                from audit.run import read_deployment_tree
 
-                catch_up = read_deployment_tree(bootstrap, settings.names, trees)
-                for url in args.witness:
-                    load_witness(trees, url, witness_keys, args.stream, catch_up=catch_up)
-            except AuditError as e:
-                print(f"evidence audit: cannot run: {e}", file=sys.stderr)
-                return 1
-    bar: list[Progress] = []
+def _trees(args: argparse.Namespace, env: dict[str, str], bootstrap: str, names):
+    """The tree audit, with the witnessed checkpoints of --checkpoint and --witness and the
+    deployment tree read; None without the log's verifier key."""
+    from audit.run import read_deployment_tree
+    from audit.tlog import TreeAudit
+    from audit.witnesses import load_checkpoint_file, load_witness
 
-    def progress(done: int, total: int) -> None:
-        # Offsets read of the log's end offsets (commit markers take offsets too); on a
-        # terminal one rewritten line, in a log file a line every few seconds.
-        if not bar:
-            bar.append(Progress(f"auditing {settings.names.log}", total))
-        bar[0].update(done, done)
-
-    # The projection's rows are recomputed with the redaction policy the live generation
-    # records it was built with (else, for an older generation, EVIDENCE_REDACTION_FILE, the
-    # projector's file): a masked body is then what the policy says.
     try:
-        from projections.redact import RedactionError, from_env
+        log_key, witness_keys = _keys(args, env)
+    except ValueError as e:
+        raise CliError(2, str(e)) from e
+    if log_key is None and (args.witness or args.checkpoint):
+        raise CliError(2, "--witness and --checkpoint need the log's verifier key: "
+                          "pass --log-key FILE or set EVIDENCE_LOG_VERIFIER_KEY_FILE")
+    if log_key is None:
+        return None
+    trees = TreeAudit(log_key, stream_filter=args.stream)
+    for path in args.checkpoint:
+        load_checkpoint_file(trees, path, witness_keys)
+    catch_up = read_deployment_tree(bootstrap, names, trees)
+    for url in args.witness:
+        load_witness(trees, url, witness_keys, args.stream, catch_up=catch_up)
+    return trees
 
+
+def _redaction(env: dict[str, str], db: str | None, views: str):
+    """The redaction policy the projection's rows are recomputed with: the one the live
+    generation records it was built with (else, for an older generation,
+    EVIDENCE_REDACTION_FILE, the projector's file), so a masked body is what it says."""
+    from projections.redact import RedactionError, load
+
+    try:
         recorded, redaction = False, None
         if db:
             from audit.projection_db import recorded_redaction
 
             recorded, redaction = recorded_redaction(db, views)
         if not recorded:
-            redaction = from_env(env)
+            path = PolicyFiles.from_env(env).redaction
+            redaction = load(path) if path else None
     except (OSError, RedactionError) as e:
-        print(f"evidence audit: redaction policy: {e}", file=sys.stderr)
-        return 2
-    except AuditError as e:
-        print(f"evidence audit: cannot run: {e}", file=sys.stderr)
-        return 1
-    try:
-        report = run_audit(bootstrap, settings.names, db,
-                           views=views,
-                           stream=args.stream, progress=progress, trees=trees,
-                           redaction=redaction)
-    except AuditError as e:
-        print(f"evidence audit: cannot run: {e}", file=sys.stderr)
-        return 1
-    if bar:
-        bar[0].records = report.messages
-        bar[0].close()
-    if args.json is not None:
-        text = json.dumps(report.to_dict(), indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-    if args.json != "-":
-        _print_summary(report)
-    return 0 if report.clean else 3
+        raise CliError(2, f"redaction policy: {e}") from e
+    return redaction
 
 
 def _print_summary(report) -> None:

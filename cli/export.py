@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from .settings import SettingsError, add_options, resolve, stack_env
+from .tlog import CliError, fail
 
 HELP = "export one record with the commands that re-verify it using standard tools"
 
@@ -44,7 +45,7 @@ def _proof(args: argparse.Namespace, env: dict[str, str], stream: str, seq: int)
     import os
 
     from audit.export import TreeProof
-    from cli.tlog import CliError, api_client, log_key
+    from cli.tlog import api_client, log_key
     from evidence_contract.note import NoteError, parse_vkey
 
     try:
@@ -79,63 +80,35 @@ def _proof(args: argparse.Namespace, env: dict[str, str], stream: str, seq: int)
 
 def run(args: argparse.Namespace) -> int:
     from audit.errors import AuditError
-    from audit.export import Erased, build_export
-    from audit.kafka_log import fetch_message
-    from audit.projection_db import erasure_of, locate
-    from evidence_contract import split_record, valid_stream_id
+    from audit.export import build_export
+    from evidence_contract import valid_stream_id
+    from evidence_contract.merkle import ProofError
+    from evidence_contract.note import NoteError
 
     if not valid_stream_id(args.stream) or args.seq < 1:
-        print("evidence export: --stream must be a stream id and --seq a positive integer",
-              file=sys.stderr)
-        return 2
+        return fail("export", CliError(2, "--stream must be a stream id and --seq a positive "
+                                          "integer"))
     if args.out.exists() and any(args.out.iterdir()):
-        print(f"evidence export: {args.out} exists and is not empty; choose a new directory",
-              file=sys.stderr)
-        return 2
+        return fail("export", CliError(2, f"{args.out} exists and is not empty; choose a new "
+                                          "directory"))
     env = stack_env()
     try:
         s = resolve(args, env)
     except SettingsError as e:
-        print(f"evidence export: {e}", file=sys.stderr)
-        return 2
-    missing = s.need("bootstrap", "database_url")
-    if missing:
-        print(f"evidence export: need Kafka and PostgreSQL: {missing}", file=sys.stderr)
-        return 1
-    bootstrap, db, names = str(s.bootstrap), str(s.database_url), s.connection.names
+        return fail("export", CliError(2, str(e)))
     try:
-        where = locate(db, args.stream, args.seq, s.views_schema)
-        if where is None:
-            print(f"evidence export: no record {args.stream} #{args.seq}", file=sys.stderr)
-            return 1
-        message = fetch_message(bootstrap, names.log, *where)
+        where, message, erased = _read_record(args, s)
     except AuditError as e:
-        print(f"evidence export: cannot run: {e}", file=sys.stderr)
-        return 1
-    _body, record = split_record(message)
-    erased = None
-    if record["body"].get("encryption") is not None:
-        try:
-            found = erasure_of(db, args.stream, args.seq, s.views_schema)
-        except AuditError as e:
-            print(f"evidence export: cannot run: {e}", file=sys.stderr)
-            return 1
-        erased = None if found is None else Erased(*found)
-    if (record["body"]["stream"], record["seal"]["seq"]) != (args.stream, args.seq):
-        print(f"evidence export: the log message at {where} is not {args.stream} #{args.seq}: "
-              "the projection is stale or altered; run `evidence audit`", file=sys.stderr)
-        return 1
+        return fail("export", CliError(1, f"cannot run: {e}"))
+    except CliError as e:
+        return fail("export", e)
     proof, why = (None, "--no-proof") if args.no_proof else _proof(args, env, args.stream,
                                                                      args.seq)
-    from evidence_contract.merkle import ProofError
-    from evidence_contract.note import NoteError
-
     try:
         files, checks = build_export(message, *where, proof, erased)
     except (ProofError, NoteError, ValueError) as e:
-        print(f"evidence export: the log's checkpoint or proof for {args.stream} #{args.seq} "
-              f"does not verify: {e}", file=sys.stderr)
-        return 1
+        return fail("export", CliError(1, f"the log's checkpoint or proof for {args.stream} "
+                                          f"#{args.seq} does not verify: {e}"))
     if proof is None:
         print(f"evidence export: no inclusion proof in this export: {why}", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -146,3 +119,30 @@ def run(args: argparse.Namespace) -> int:
           + (f"; the record's content was erased (request {erased.request_id})"
              if erased is not None else ""))
     return 0
+
+
+def _read_record(args: argparse.Namespace, s):
+    """(the log position, the message, its erasure or None) of --stream/--seq: the position
+    from the projection (only the index), the message from the log itself."""
+    from audit.export import Erased
+    from audit.kafka_log import fetch_message
+    from audit.projection_db import erasure_of, locate
+    from evidence_contract import split_record
+
+    missing = s.need("bootstrap", "database_url")
+    if missing:
+        raise CliError(1, f"need Kafka and PostgreSQL: {missing}")
+    db = str(s.database_url)
+    where = locate(db, args.stream, args.seq, s.views_schema)
+    if where is None:
+        raise CliError(1, f"no record {args.stream} #{args.seq}")
+    message = fetch_message(str(s.bootstrap), s.connection.names.log, *where)
+    _body, record = split_record(message)
+    erased = None
+    if record["body"].get("encryption") is not None:
+        found = erasure_of(db, args.stream, args.seq, s.views_schema)
+        erased = None if found is None else Erased(*found)
+    if (record["body"]["stream"], record["seal"]["seq"]) != (args.stream, args.seq):
+        raise CliError(1, f"the log message at {where} is not {args.stream} #{args.seq}: "
+                          "the projection is stale or altered; run `evidence audit`")
+    return where, message, erased

@@ -25,6 +25,9 @@ import os
 import sys
 from pathlib import Path
 
+from .report import LazyProgress, write_json
+from .tlog import CliError, fail
+
 HELP = "check the public deployment log: witnessed, append-only, every stream one tree"
 
 
@@ -47,20 +50,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for each answer (default 10)")
 
 
-def _state_file(args: argparse.Namespace) -> Path:
-    if args.state_file:
-        return Path(args.state_file)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "evidence" / "monitor.json"
+class _State:
+    """The last checkpoint this monitor checked, per origin (the log key's name): a JSON
+    file, ``{origin: {"size", "root"}}``, replaced whole when it changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.held = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.held = {}
+        except (OSError, ValueError) as e:
+            raise CliError(1, f"the state file {path} cannot be read: {e}") from e
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> "_State":
+        if args.state_file:
+            return cls(Path(args.state_file))
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return cls(Path(base) / "evidence" / "monitor.json")
+
+    def known(self, origin: str) -> tuple[int, bytes] | None:
+        held = self.held.get(origin)
+        return (int(held["size"]), bytes.fromhex(held["root"])) if held else None
+
+    def save(self, origin: str, checkpoint) -> None:
+        self.held[origin] = {"size": checkpoint.size, "root": checkpoint.root_hash.hex()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.held, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
 
 
-def _read_state(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"the state file {path} cannot be read: {e}") from e
+class _PublicLog:
+    """The log's monitoring prefix, read without a key: ``fetch(path)`` is the body of a
+    200, None for a 404, else a ConnectionError."""
+
+    def __init__(self, base: str, timeout: float) -> None:
+        import httpx
+
+        self.base = base.rstrip("/")
+        self.client = httpx.Client(timeout=timeout, follow_redirects=False)
+
+    def fetch(self, path: str) -> bytes | None:
+        import httpx
+
+        url = f"{self.base}/{path}"
+        try:
+            r = self.client.get(url)
+        except httpx.HTTPError as e:
+            raise ConnectionError(f"cannot reach {url} ({type(e).__name__}: {e})") from e
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            raise ConnectionError(f"GET {url} answered {r.status_code}: {r.text[:200]!r}")
+        return r.content
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def _witness_keys(items: list[str]):
@@ -84,102 +131,68 @@ def _witness_keys(items: list[str]):
 
 
 def run(args: argparse.Namespace) -> int:
-    import httpx
-
     from audit.monitor import MonitorError, monitor
-    from cli.progress import Progress
-    from cli.tlog import EXIT_UNVERIFIED, CliError, log_key, stack_env
     from evidence_contract import valid_stream_id
 
+    from .tlog import EXIT_UNVERIFIED, stack_env
+
     if args.stream is not None and not valid_stream_id(args.stream):
-        print(f"evidence monitor: {args.stream!r} is not a stream id", file=sys.stderr)
-        return 2
+        return fail("monitor", CliError(2, f"{args.stream!r} is not a stream id"))
     if args.min_witnesses is not None and args.min_witnesses < 0:
-        print("evidence monitor: --min-witnesses must be 0 or more", file=sys.stderr)
-        return 2
-    env = stack_env()
-    base = args.log or (env["EVIDENCE_API_URL"].rstrip("/") + "/log"
-                        if env.get("EVIDENCE_API_URL") else None)
-    if not base:
-        print("evidence monitor: no log to read: pass --log URL (the API's /log) or run "
-              "`make up`", file=sys.stderr)
-        return 2
+        return fail("monitor", CliError(2, "--min-witnesses must be 0 or more"))
     try:
-        key, _source = log_key(args.log_key, env, None)
-        witness_keys = _witness_keys(args.witness_key)
+        env = stack_env()
+        log = _log_prefix(args, env)
+        key, witness_keys = _keys(args, env)
+        state = _State.of(args)
     except CliError as e:
-        print(f"evidence monitor: {e}", file=sys.stderr)
-        return e.code
-    except ValueError as e:
-        print(f"evidence monitor: {e}", file=sys.stderr)
-        return 2
-    if key is None:
-        print("evidence monitor: no log key of yours: pass --log-key FILE (a monitor never "
-              "takes the log's own /log/key)", file=sys.stderr)
-        return 2
-    if args.min_witnesses is not None and args.min_witnesses > len(witness_keys):
-        print(f"evidence monitor: --min-witnesses {args.min_witnesses} needs that many "
-              f"--witness-key", file=sys.stderr)
-        return 2
-    state_path = _state_file(args)
+        return fail("monitor", e)
+    public = _PublicLog(log, args.timeout)
+    progress = LazyProgress("checking streams")
     try:
-        state = _read_state(state_path)
-    except ValueError as e:
-        print(f"evidence monitor: {e}", file=sys.stderr)
-        return 1
-    held = state.get(key.name)
-    known = (int(held["size"]), bytes.fromhex(held["root"])) if held else None
-
-    client = httpx.Client(timeout=args.timeout, follow_redirects=False)
-
-    def fetch(path: str) -> bytes | None:
-        url = f"{base.rstrip('/')}/{path}"
-        try:
-            r = client.get(url)
-        except httpx.HTTPError as e:
-            raise ConnectionError(f"cannot reach {url} ({type(e).__name__}: {e})") from e
-        if r.status_code == 404:
-            return None
-        if r.status_code != 200:
-            raise ConnectionError(f"GET {url} answered {r.status_code}: {r.text[:200]!r}")
-        return r.content
-
-    bar: list[Progress] = []
-
-    def progress(done: int, total: int) -> None:
-        if not bar:
-            bar.append(Progress("checking streams", total))
-        bar[0].update(done, done)
-
-    try:
-        report = monitor(fetch, key, witness_keys, args.min_witnesses, known, args.stream,
-                         progress)
+        report = monitor(public.fetch, key, witness_keys, args.min_witnesses,
+                         state.known(key.name), args.stream, progress)
     except ConnectionError as e:
-        print(f"evidence monitor: cannot run: {e}", file=sys.stderr)
-        return 1
+        return fail("monitor", CliError(1, f"cannot run: {e}"))
     except MonitorError as e:
-        print(f"evidence monitor: UNVERIFIED: {e}", file=sys.stderr)
-        return EXIT_UNVERIFIED
+        return fail("monitor", CliError(EXIT_UNVERIFIED, f"UNVERIFIED: {e}"))
     finally:
-        client.close()
-        if bar:
-            bar[0].close()
+        public.close()
+        progress.close()
     if report.clean and args.stream is None:
-        state[key.name] = {"size": report.checkpoint.size,
-                           "root": report.checkpoint.root_hash.hex()}
-        state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, state_path)
+        state.save(key.name, report.checkpoint)
     if args.json is not None:
-        text = json.dumps(report.to_dict(), indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n", encoding="utf-8")
+        write_json(report.to_dict(), args.json)
     if args.json != "-":
         _print(report)
     return 0 if report.clean else 3
+
+
+def _log_prefix(args: argparse.Namespace, env: dict[str, str]) -> str:
+    """--log, else the API's /log of the environment or .stack/env."""
+    base = args.log or (env["EVIDENCE_API_URL"].rstrip("/") + "/log"
+                        if env.get("EVIDENCE_API_URL") else None)
+    if not base:
+        raise CliError(2, "no log to read: pass --log URL (the API's /log) or run `make up`")
+    return base
+
+
+def _keys(args: argparse.Namespace, env: dict[str, str]):
+    """(the operator's log key, the witness keys), never the log's own /log/key."""
+    from .tlog import log_key
+
+    try:
+        key, _source = log_key(args.log_key, env, None)
+        witness_keys = _witness_keys(args.witness_key)
+    except ValueError as e:
+        raise CliError(2, str(e)) from e
+    if key is None:
+        raise CliError(2, "no log key of yours: pass --log-key FILE (a monitor never takes "
+                          "the log's own /log/key)")
+    if args.min_witnesses is not None and args.min_witnesses > len(witness_keys):
+        raise CliError(2, f"--min-witnesses {args.min_witnesses} needs that many "
+                          f"--witness-key")
+    return key, witness_keys
 
 
 def _print(report) -> None:

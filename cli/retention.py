@@ -6,7 +6,7 @@
     evidence retention release --subject ID [--request-id R]
 
 The key store is the one ``EVIDENCE_KEY_STORE`` names (``server.keystore.from_env``); the
-classes come from ``EVIDENCE_RETENTION_FILE`` (``server.retention``); receipts go through
+classes come from ``EVIDENCE_RETENTION_FILE`` (``cli.settings.PolicyFiles``); receipts go through
 Kafka at ``EVIDENCE_KAFKA_BOOTSTRAP`` with ``EVIDENCE_TOPIC_PREFIX`` (the local stack's
 ``.stack/env`` fills in what the environment does not say: ``make up`` writes the retention
 file the shredder runs with there, so ``status`` here reads the shredder's policy).
@@ -27,19 +27,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import sys
 import threading
 from typing import Any
 
+from server.logs import event_logger
 from server.settings import Connection, SettingsError, add_connection_options
 
-from .settings import STACK_ENV
+from .settings import STACK_ENV, PolicyFiles
 
 HELP = "retention classes: the scheduled shredder (run), status, legal hold and release"
 
 EXIT_NOT_CONFIGURED = 3
+
+log = event_logger("evidence.retention")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,9 +103,11 @@ def _store(env: dict[str, str]) -> Any:
 
 
 def _policy(env: dict[str, str]) -> Any:
-    from server.retention import policy_from_env
+    """The retention policy of the file ``env`` names, None when it names none."""
+    from server.retention import load_policy
 
-    return policy_from_env(env)
+    path = PolicyFiles.from_env(env).retention
+    return load_policy(path) if path else None
 
 
 def _usage(msg: str) -> int:
@@ -160,12 +164,9 @@ def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    logging.getLogger("evidence.retention").info(
-        "retention: policy %s (sha256 %s), %d classes, %s%s%s", policy.source,
-        policy.digest[:16], len(policy.classes),
-        "once" if once else f"every {args.interval:.0f} s",
-        f" as at {iso_micros(args.now)}" if args.now is not None else "",
-        " (dry run)" if args.dry_run else "")
+    log("info", "retention_started", policy=policy.source, policy_sha256=policy.digest,
+        classes=len(policy.classes), once=once, interval_s=None if once else args.interval,
+        now=None if args.now is None else iso_micros(args.now), dry_run=args.dry_run)
 
     def report(result: Any) -> None:
         if once:

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from server.settings import (CONNECTION_OPTIONS, Connection, SettingsError,
-                             add_connection_options, value)
+                             add_connection_options, read, value)
 
-__all__ = ["STACK_ENV", "CliSettings", "SettingsError", "add_options", "resolve", "stack_env"]
+__all__ = ["STACK_ENV", "CliSettings", "PolicyFiles", "SettingsError", "add_options", "resolve",
+           "stack_env"]
 
 STACK_ENV = ".stack/env"
 
@@ -125,3 +126,25 @@ def resolve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> C
         api_key=getattr(args, "api_key", None) or value(env, "EVIDENCE_API_KEY"),
         timeout=10.0 if getattr(args, "timeout", None) is None else args.timeout,
         env=env)
+
+
+@dataclass(frozen=True)
+class PolicyFiles:
+    """The policy files of the commands that apply a service's policy: the redaction policy
+    the projector masks the read side with (``evidence audit`` recomputes its rows under it)
+    and the retention classes the shredder applies (``evidence retention``). None: no
+    policy."""
+
+    redaction: str | None = None
+    retention: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "PolicyFiles":
+        """The files ``env`` (:func:`stack_env`, for a command) names."""
+        return cls(**read(env, _POLICY_FILES))
+
+
+_POLICY_FILES: dict[str, tuple[str, type]] = {
+    "redaction": ("EVIDENCE_REDACTION_FILE", str),
+    "retention": ("EVIDENCE_RETENTION_FILE", str),
+}

@@ -24,6 +24,9 @@ Modules, from the outside in:
                answer verified (record -> leaf -> inclusion -> signed checkpoint) by default
     trust      LogVerifier: the pinned log key, required witnesses, last checkpoint per origin
     transport  capture transports for httpx2 and httpx: the one network seam
+    otel       Spans: each call's span (joined or started), evidence attributes, trace ids
+    semconv    the GenAI semantic conventions' attributes of a call, from its bytes (pure)
+    genai_hook EvidenceCompletionHook for opentelemetry-util-genai (the [genai-hook] extra)
     capture    Exchange and build_event: an HTTP exchange -> CaptureEvent dict (pure)
     sizing     the size policy: which bytes are kept verbatim, truncation (pure)
     adapters   provider detection and field extraction per wire format (pure)

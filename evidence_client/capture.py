@@ -30,7 +30,7 @@ from evidence_contract import digests as plain_digests
 
 from . import adapters
 
-__all__ = ["HASH_ONLY", "VALUE", "Exchange", "build_event", "decode_body"]
+__all__ = ["HASH_ONLY", "VALUE", "Exchange", "build_event", "decode_body", "outcome"]
 
 VALUE = "VALUE"
 HASH_ONLY = "HASH_ONLY"
@@ -61,6 +61,12 @@ class Exchange:
     closed_by_app: bool = False     # the application closed the response first
     error: str | None = None        # transport failure, as "ExcType: message"
     call: Any = None                # the application's context.CallContext, if any
+    event_id: str | None = None     # fixed when the call begins, so its span can name it
+    # The span the call ran in (evidence_client.otel), as OpenTelemetry's raw ids: 16 and 8
+    # bytes, None when no recording span covered the call. Not in the CaptureEvent yet: the
+    # record contract's trace context is a minor version of its own (see build_event).
+    trace_id: bytes | None = None
+    span_id: bytes | None = None
 
     @property
     def streamed(self) -> bool:
@@ -124,8 +130,9 @@ def _call_context(call: Any, keep: bool, d: Any) -> dict[str, Any]:
     }
 
 
-def _outcome(ex: Exchange, kind: str | None) -> tuple[str, bytes | None, bytes | None, bool]:
-    """What became of the call: (outcome, response bytes, error bytes, closed early)."""
+def outcome(ex: Exchange, kind: str | None) -> tuple[str, bytes | None, bytes | None, bool]:
+    """What became of the finished call ``ex`` of wire format ``kind``: (outcome, response
+    bytes, error bytes, closed early), as the record states them."""
     if ex.status is None:
         no_response = ex.error or "no response"
         return "UNKNOWN", None, no_response.encode("utf-8", errors="replace"), False
@@ -151,12 +158,12 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
     d = plain_digests if digests is None else digests
     route = adapters.detect(ex.host, ex.path, ex.request_headers, ex.query)
     req = adapters.parse_request(route.kind, ex.request_bytes)
-    outcome, response_bytes, error_bytes, closed_early = _outcome(ex, route.kind)
+    result, response_bytes, error_bytes, closed_early = outcome(ex, route.kind)
     facts = adapters.ResponseFacts()
     out_digest = None
     if response_bytes is not None:
         facts = adapters.parse_response(route.kind, response_bytes, ex.streamed)
-    if outcome == "COMMITTED" and facts.output_text is not None:
+    if result == "COMMITTED" and facts.output_text is not None:
         out_digest = d.output_digest(facts.output_text)
     finished = ex.finished_at if ex.finished_at is not None else ex.started_at
     return {
@@ -180,7 +187,7 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
         "response_digest": d.response_digest(response_bytes) if response_bytes is not None else None,
         "output_digest": out_digest,
         "error_bytes": error_bytes,
-        "outcome": outcome,
+        "outcome": result,
         "replay": {
             "seed": req.seed,
             "temperature": req.temperature,
@@ -198,6 +205,9 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
             "duration_us": ex.duration_us,
         },
         "encryption": None,  # the recorder's encrypt policy seals the capture afterwards
-        "trace": None,  # contract 2.2: the span the call ran in, when one is recorded
+        # contract 2.2: the span the call ran in (the application's GenAI span it joined, or
+        # the one the client started), so a trace finds its record and the record its trace
+        "trace": (None if ex.trace_id is None or ex.span_id is None
+                  else {"trace_id": ex.trace_id, "span_id": ex.span_id}),
         "telemetry": None,  # contract 2.2: only a capture mapped from telemetry has one
     }

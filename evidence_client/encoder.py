@@ -58,7 +58,7 @@ class CaptureEncoder:
     def encode(self, ex: Exchange) -> Tracked | None:
         """The capture to track, or None when it cannot be made (logged and counted: a
         capture whose key the store cannot give is dropped, never sent in the clear)."""
-        event_id = new_event_id()
+        event_id = ex.event_id or new_event_id()  # the transport fixes it when the call begins
         try:
             sized = self._build(ex, event_id)
             value = encode("CaptureEvent", sized)

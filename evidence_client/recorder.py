@@ -86,6 +86,7 @@ from .context import current_stream
 from .encoder import LIBRARY
 from .errors import ConfigError, GatewayError, ProducerError, RecorderUnavailable, SpoolError
 from .metrics import Metrics
+from .otel import Spans
 from .sender import Durable, Sender
 from .settings import CONTENT_POLICIES, ENCRYPT, PLAIN, RecorderSettings, check_stream
 from .sizing import DEFAULT_MAX_VERBATIM_BYTES
@@ -122,7 +123,9 @@ class Recorder:
     """Captures LLM calls and sends them to ``<topic_prefix>.intake``.
 
     ``stream`` is the default stream of the calls (optional when every client or call names
-    its own). Construction validates the arguments into :attr:`settings` (every setting is
+    its own). ``tracer_provider`` (default: the global one) receives each call's span and
+    ``api_url`` (default ``$EVIDENCE_API_URL``) is the evidence API the spans' record
+    references name (:mod:`~evidence_client.otel`). Construction validates the arguments into :attr:`settings` (every setting is
     also readable as an attribute: ``recorder.stream``, ``recorder.topic``,
     ``recorder.spool_dir``...) and does no I/O; the producer, spool and sender thread start in
     :meth:`start` (or at the first captured call) and stop in :meth:`close`.
@@ -150,6 +153,8 @@ class Recorder:
         key_store: Any = None,
         key_cache_s: float = 60.0,
         key_clock: Callable[[], int] = now_micros,
+        tracer_provider: Any = None,
+        api_url: str | None = None,
     ) -> None:
         self.settings = RecorderSettings.from_arguments(
             bootstrap_servers, stream=stream, topic_prefix=topic_prefix,
@@ -159,8 +164,11 @@ class Recorder:
             durable_timeout_ms=durable_timeout_ms, group_commit_ms=group_commit_ms,
             orphan_scan_s=orphan_scan_s, close_timeout=close_timeout,
             producer_config=producer_config, host=host, content_policy=content_policy,
-            key_store=key_store, key_cache_s=key_cache_s, key_clock=key_clock)
+            key_store=key_store, key_cache_s=key_cache_s, key_clock=key_clock,
+            tracer_provider=tracer_provider, api_url=api_url)
         self.metrics = Metrics()
+        self._spans = Spans(self.settings.tracer_provider, api_url=self.settings.api_url,
+                            digests=self.settings.content_policy == PLAIN)
         self._sender = Sender(self.settings, self.metrics)
         self._state_lock = threading.Lock()
         self._start_error: BaseException | None = None
@@ -243,7 +251,7 @@ class Recorder:
         sync_cls, async_cls = transport_classes(flavor)
         cls = async_cls if asynchronous else sync_cls
         return cls(inner, stream, self.settings.request_policy, self.submit,
-                   self._capture_error, self._begin_call)
+                   self._capture_error, self._begin_call, self._spans)
 
     def transport(self, inner: Any = None, *, flavor: str = "httpx2",
                   stream: str | None = None) -> Any:

@@ -7,6 +7,7 @@ The environment fills in what the arguments leave out:
     EVIDENCE_KAFKA_BOOTSTRAP   bootstrap_servers (required one way or the other)
     EVIDENCE_TOPIC_PREFIX      topic_prefix (default "evidence": captures go to <prefix>.intake)
     EVIDENCE_SPOOL_DIR         spool_dir (default ~/.local/state/evidence-store/spool)
+    EVIDENCE_API_URL           api_url (the evidence API, named in spans' record references)
 """
 
 from __future__ import annotations
@@ -71,12 +72,17 @@ class RecorderSettings:
     key_cache_s: float = 60.0
     key_clock: Callable[[], int] = now_micros
     """UTC µs, for the end of a key's epoch (tests pass a fake one)."""
+    tracer_provider: Any = None
+    """Where the calls' spans go (``evidence_client.otel``); None: the global provider."""
+    api_url: str | None = None
+    """The evidence API's URL, in the record references put on spans."""
 
     @classmethod
     def from_arguments(cls, bootstrap_servers: str | None = None, *,
                        topic_prefix: str | None = None,
                        spool_dir: str | os.PathLike[str] | None = None,
-                       request_policy: Any = VALUE, **rest: Any) -> "RecorderSettings":
+                       request_policy: Any = VALUE, api_url: str | None = None,
+                       **rest: Any) -> "RecorderSettings":
         """The settings of ``Recorder(...)``'s arguments, the environment filling the gaps."""
         bootstrap = bootstrap_servers or os.environ.get("EVIDENCE_KAFKA_BOOTSTRAP")
         if not bootstrap:
@@ -88,7 +94,8 @@ class RecorderSettings:
                    topic_prefix=topic_prefix or os.environ.get("EVIDENCE_TOPIC_PREFIX")
                    or "evidence",
                    # An enum member (e.g. a RequestPolicy) stands for its value.
-                   request_policy=getattr(request_policy, "value", request_policy), **rest)
+                   request_policy=getattr(request_policy, "value", request_policy),
+                   api_url=api_url or os.environ.get("EVIDENCE_API_URL") or None, **rest)
 
     def __post_init__(self) -> None:
         check_stream(self.stream)

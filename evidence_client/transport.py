@@ -20,6 +20,11 @@ A request that gets no response (connect error, timeout, cancellation) is handed
 with the exception's description, and the original exception is re-raised untouched.
 The sink never raises into the application: failures on the capture side are logged and
 counted by the Recorder, and a failure inside this module falls back to the plain call.
+
+Each call also gets its span (:mod:`~evidence_client.otel`): joined or started once the
+exchange exists (its content key and event id fixed), current while the request is sent, given
+the response's attributes and ended when the call finishes, before the capture's durable wait.
+A failure there is counted like any capture-side failure and the call goes on.
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import httpx
 import httpx2
 
-from evidence_contract import content_key, now_micros
+from evidence_contract import content_key, new_event_id, now_micros
 
 from .capture import Exchange
 from .context import current_call, current_stream
+from .otel import CallSpan, Spans
 
 __all__ = [
     "FLAVORS",
@@ -82,13 +88,33 @@ def _describe(exc: BaseException) -> str:
 class _Call:
     """The capture state of one request; finishes exactly once."""
 
-    def __init__(self, exchange: Exchange, sink: Sink, on_error: Callable[[BaseException], None]):
+    def __init__(self, exchange: Exchange, sink: Sink, on_error: Callable[[BaseException], None],
+                 spans: Spans):
         self.exchange = exchange
         self._sink = sink
         self._on_error = on_error
         self._t0 = time.monotonic()
         self._done = False
         self._durable: Any = None
+        self._span: CallSpan | None = None
+        try:
+            self._span = spans.begin(exchange)
+        except Exception as e:  # noqa: BLE001 - telemetry never fails the call
+            on_error(e)
+
+    def activate(self) -> object | None:
+        """Make the call's own span current while the request is sent (token or None)."""
+        try:
+            return self._span.activate() if self._span is not None else None
+        except Exception as e:  # noqa: BLE001
+            self._on_error(e)
+            return None
+
+    def deactivate(self, token: object | None) -> None:
+        try:
+            CallSpan.deactivate(token)
+        except Exception as e:  # noqa: BLE001
+            self._on_error(e)
 
     def respond(self, response: Any) -> None:
         ex = self.exchange
@@ -116,6 +142,11 @@ class _Call:
             self._durable = self._sink(ex)
         except Exception as e:  # noqa: BLE001 - never into the application
             self._on_error(e)
+        if self._span is not None:
+            try:
+                self._span.end(self.exchange, error)
+            except Exception as e:  # noqa: BLE001 - telemetry never fails the call
+                self._on_error(e)
 
     def settle(self) -> None:
         """Wait until the capture is durable (write-ahead: the call returns after it)."""
@@ -137,7 +168,7 @@ class _Call:
 
 
 def _begin(request: Any, body: bytes, stream: str, policy: str, sink: Sink,
-           on_error: Callable[[BaseException], None]) -> _Call:
+           on_error: Callable[[BaseException], None], spans: Spans) -> _Call:
     # content_key first: the identity of the call is fixed before any byte leaves.
     key = content_key(body)
     url = request.url
@@ -148,9 +179,9 @@ def _begin(request: Any, body: bytes, stream: str, policy: str, sink: Sink,
         url=str(url.copy_with(query=None)), host=url.host, path=url.path,
         started_at=now_micros(), request_headers=headers,
         query={k: v for k, v in url.params.items() if k == "api-version"},
-        call=current_call(),
+        call=current_call(), event_id=new_event_id(),
     )
-    return _Call(ex, sink, on_error)
+    return _Call(ex, sink, on_error, spans)
 
 
 class _Tee:
@@ -217,14 +248,17 @@ class _Capture:
     _default: str
 
     def __init__(self, inner: Any, stream: str | None, policy: str, sink: Sink,
-                 on_error: Callable[[BaseException], None], begin: Begin | None = None) -> None:
+                 on_error: Callable[[BaseException], None], begin: Begin | None = None,
+                 spans: Spans | None = None) -> None:
         self._inner = inner if inner is not None else getattr(self._mod, self._default)()
         self._stream, self._policy, self._sink, self._on_error = stream, policy, sink, on_error
         self._begin = begin or _context_stream
+        self._spans = spans if spans is not None else Spans()  # the global tracer provider
 
     def _start(self, request: Any, body: bytes, stream: str) -> _Call | None:
         try:
-            return _begin(request, body, stream, self._policy, self._sink, self._on_error)
+            return _begin(request, body, stream, self._policy, self._sink, self._on_error,
+                          self._spans)
         except Exception as e:  # noqa: BLE001
             self._on_error(e)
             return None
@@ -252,13 +286,17 @@ class _SyncCapture(_Capture):
     def handle_request(self, request: Any) -> Any:
         stream = self._begin(self._stream)  # may raise: this call cannot be recorded
         call = self._start(request, request.read(), stream)
+        token = call.activate() if call is not None else None
         try:
             response = self._inner.handle_request(request)
         except BaseException as e:
             if call is not None:
+                call.deactivate(token)
                 call.finish(error=e)
                 call.settle()
             raise
+        if call is not None:
+            call.deactivate(token)
         return self._respond(call, response)
 
     def close(self) -> None:
@@ -271,13 +309,17 @@ class _AsyncCapture(_Capture):
     async def handle_async_request(self, request: Any) -> Any:
         stream = self._begin(self._stream)  # may raise: this call cannot be recorded
         call = self._start(request, await request.aread(), stream)
+        token = call.activate() if call is not None else None
         try:
             response = await self._inner.handle_async_request(request)
         except BaseException as e:
             if call is not None:
+                call.deactivate(token)
                 call.finish(error=e)
                 await call.asettle()
             raise
+        if call is not None:
+            call.deactivate(token)
         return self._respond(call, response)
 
     async def aclose(self) -> None:

@@ -107,21 +107,26 @@ class _Gen:
         self.emit(ind, f"if {n} < 0 or {target} > len(data):")
         self.emit(ind + 1, "raise _NotCanonical")
 
-    def value(self, schema: Any, ind: int, target: str) -> None:
+    def resolve(self, schema: Any) -> Any:
+        """The schema a type stands for: a name's definition (or a primitive as a dict), a
+        ``{"type": {...}}`` wrapper's inner type; a union as its list of branches."""
         if isinstance(schema, str):
-            if schema in self.named:
-                schema = self.named[schema]
-            else:
-                schema = {"type": schema}
+            schema = self.named[schema] if schema in self.named else {"type": schema}
         if isinstance(schema, list):
-            return self.union(schema, ind, target)
+            return schema
         if not isinstance(schema, dict):
             raise _Unsupported(repr(schema))
         if "logicalType" in schema:
             raise _Unsupported("logical types")
+        if isinstance(schema["type"], (dict, list)):
+            return self.resolve(schema["type"])
+        return schema
+
+    def value(self, schema: Any, ind: int, target: str) -> None:
+        schema = self.resolve(schema)
+        if isinstance(schema, list):
+            return self.union(schema, ind, target)
         t = schema["type"]
-        if isinstance(t, (dict, list)):
-            return self.value(t, ind, target)
         if t == "null":
             self.emit(ind, f"{target} = None")
         elif t == "boolean":

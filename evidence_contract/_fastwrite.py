@@ -152,19 +152,23 @@ class _Gen:
                 self.emit(ind + 1, "raise _Mismatch")
             self.emit(ind, f"w({idx}[{v}])")  # a symbol the enum does not have: KeyError
         elif t == "array":
-            item = self.var("it")
-            if not typed:
-                self.emit(ind, f"if type({v}) is not list and type({v}) is not tuple:")
-                self.emit(ind + 1, "raise _Mismatch")
-            self.emit(ind, f"if {v}:")
-            self.emit(ind + 1, f"w(varint(len({v})))")
-            self.emit(ind + 1, f"for {item} in {v}:")
-            self.value(schema["items"], ind + 2, item)
-            self.emit(ind, "w(b'\\x00')")
+            self.array(schema, ind, v, typed)
         elif t in ("record", "error"):
             self.record(schema, ind, v)
         else:  # float (its rounding), map, or anything new
             raise _Unsupported(t)
+
+    def array(self, schema: dict[str, Any], ind: int, v: str, typed: bool) -> None:
+        """Emit an array as one block of all its items (none for an empty one), then 0."""
+        item = self.var("it")
+        if not typed:
+            self.emit(ind, f"if type({v}) is not list and type({v}) is not tuple:")
+            self.emit(ind + 1, "raise _Mismatch")
+        self.emit(ind, f"if {v}:")
+        self.emit(ind + 1, f"w(varint(len({v})))")
+        self.emit(ind + 1, f"for {item} in {v}:")
+        self.value(schema["items"], ind + 2, item)
+        self.emit(ind, "w(b'\\x00')")
 
     def union(self, branches: list[Any], ind: int, v: str) -> None:
         picks = []

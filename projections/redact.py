@@ -47,7 +47,7 @@ from typing import Any, Mapping
 from .columns import RECORD_COLUMNS, STREAM
 
 __all__ = ["MASKED", "STREAM_TYPES", "WHOLE_WHEN_STREAMED", "Policy", "RedactionError",
-           "apply", "from_env", "is_stream", "load", "parse"]
+           "apply", "is_stream", "load", "parse"]
 
 MASKED = ("request_bytes", "response_bytes", "error_bytes", "input_bytes", "prompt_bytes",
           "params")
@@ -178,16 +178,14 @@ def load(path: str | Path) -> Policy:
     if str(path).endswith((".yaml", ".yml")):
         import yaml  # optional: JSON needs nothing
 
-        return parse(yaml.safe_load(text))
+        try:
+            return parse(yaml.safe_load(text))
+        except yaml.YAMLError as e:
+            raise RedactionError(f"{path}: not YAML: {e}") from None
     try:
         return parse(json.loads(text))
     except json.JSONDecodeError as e:
         raise RedactionError(f"{path}: not JSON: {e}") from None
-
-
-def from_env(env: Mapping[str, str]) -> Policy | None:
-    path = env.get("EVIDENCE_REDACTION_FILE", "")
-    return load(path) if path else None
 
 
 def is_stream(streamed: bool | None, content_type: str | None) -> bool:

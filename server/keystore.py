@@ -23,19 +23,15 @@ wrapped bytes until they are recycled; they stay wrapped by the KEK, so rotating
 Connections are made per call from ``conninfo`` (a store is used rarely: once per subject
 and process by a cached client, once per erasure); nothing connects in ``__init__``.
 
-:func:`from_env` is the one place a server process builds its key store from the
-environment: ``EVIDENCE_KEY_STORE`` is ``file:<dir>`` (``evidence_client.keystore.
-FileKeyStore``, the devstack's and the tests': the gateway creates keys in the same
-directory, so there is one implementation of its format) or ``postgres`` (:class:`PgKeyStore`
-on ``EVIDENCE_DATABASE_URL``, schema ``EVIDENCE_KEY_STORE_SCHEMA``, default
-``evidence_keys``); the KEK comes from ``EVIDENCE_KEK_FILE`` (0600) or ``EVIDENCE_KEK``;
-the granularity of new keys' epochs from ``EVIDENCE_KEY_EPOCH`` (``day``, the default, or
-``month``; see docs/erasure.md, Retention).
+:class:`server.settings.KeyStoreSettings` reads from the environment which key store a server
+process uses; :func:`open_key_store` opens it (``file:<dir>``:
+``evidence_client.keystore.FileKeyStore``, the devstack's and the tests', so there is one
+implementation of its format; ``postgres``: :class:`PgKeyStore`), and :func:`from_env` does
+both in one call. The epochs of new keys: docs/erasure.md, Retention.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
@@ -65,8 +61,9 @@ from evidence_contract.keys import (
     unwrapping,
     valid_subject,
 )
+from server.settings import KeyStoreSettings, SettingsError
 
-__all__ = ["PgKeyStore", "from_env"]
+__all__ = ["PgKeyStore", "from_env", "open_key_store"]
 
 _SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -328,32 +325,34 @@ class PgKeyStore:
         return [Hold(r[0], r[1], _us(r[2]) or 0, r[3]) for r in rows]
 
 
-def from_env(env: Mapping[str, str] | None = None, *,
-             clock: Callable[[], int] = now_micros) -> KeyStore:
-    """The key store ``EVIDENCE_KEY_STORE`` names (module docstring); ``KeyStoreError`` for
-    a missing or malformed setting, a KEK that cannot be loaded."""
+def open_key_store(settings: KeyStoreSettings, *,
+                   clock: Callable[[], int] = now_micros) -> KeyStore:
+    """The key store ``settings`` name, its KEK loaded (a PostgreSQL store's tables created);
+    ``KeyStoreError`` for a KEK that cannot be loaded or a schema that cannot be one."""
     from evidence_client.errors import ConfigError
     from evidence_client.keystore import FileKeyStore, load_kek
 
-    env = os.environ if env is None else env
-    spec = (env.get("EVIDENCE_KEY_STORE") or "").strip()
-    if not spec:
-        raise KeyStoreError("no key store: set EVIDENCE_KEY_STORE to file:<dir> or postgres")
     try:
-        epoch = parse_granularity(env.get("EVIDENCE_KEY_EPOCH"))
-        wrapper = load_kek(dict(env))
-    except (ValueError, ConfigError) as e:
+        wrapper = load_kek(settings.kek_env())
+    except ConfigError as e:
         raise KeyStoreError(str(e)) from e
-    if spec.startswith("file:") and spec[5:]:
-        return FileKeyStore(spec[5:], wrapper, epoch=epoch, clock=clock)
-    if spec == "postgres":
-        url = env.get("EVIDENCE_DATABASE_URL")
-        if not url:
-            raise KeyStoreError("EVIDENCE_KEY_STORE=postgres needs EVIDENCE_DATABASE_URL")
-        try:
-            store = PgKeyStore(url, wrapper, env.get("EVIDENCE_KEY_STORE_SCHEMA") or
-                               "evidence_keys", epoch=epoch, clock=clock)
-        except ValueError as e:
-            raise KeyStoreError(f"EVIDENCE_KEY_STORE_SCHEMA: {e}") from e
-        return store.create()
-    raise KeyStoreError(f"EVIDENCE_KEY_STORE {spec!r}: expected file:<dir> or postgres")
+    if settings.directory:
+        return FileKeyStore(settings.directory, wrapper, epoch=settings.epoch, clock=clock)
+    try:
+        store = PgKeyStore(str(settings.database_url), wrapper, settings.schema,
+                           epoch=settings.epoch, clock=clock)
+    except ValueError as e:
+        raise KeyStoreError(f"EVIDENCE_KEY_STORE_SCHEMA: {e}") from e
+    return store.create()
+
+
+def from_env(env: Mapping[str, str] | None = None, *,
+             clock: Callable[[], int] = now_micros) -> KeyStore:
+    """The key store the environment names (:meth:`server.settings.KeyStoreSettings.from_env`,
+    ``os.environ`` when ``env`` is None), opened; ``KeyStoreError`` for a missing or
+    malformed setting, a KEK that cannot be loaded."""
+    try:
+        settings = KeyStoreSettings.from_env(env)
+    except SettingsError as e:
+        raise KeyStoreError(str(e)) from e
+    return open_key_store(settings, clock=clock)

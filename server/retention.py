@@ -1,6 +1,7 @@
 """Retention classes and the scheduled shredder (issue 13, phase 2).
 
-``EVIDENCE_RETENTION_FILE`` names a JSON file (YAML too, if PyYAML is installed):
+A retention file (``EVIDENCE_RETENTION_FILE`` of the shredder, ``evidence retention``) is
+JSON (YAML too, if PyYAML is installed):
 
     {"classes":  {"short": {"keep_days": 30}, "long": {"keep_days": 3650}},
      "streams":  {"acme:*": "short", "acme:audit": "long"},
@@ -65,7 +66,6 @@ __all__ = [
     "load_policy",
     "parse_policy",
     "plan",
-    "policy_from_env",
     "request_id_for",
     "run_once",
     "serve",
@@ -207,13 +207,6 @@ def load_policy(path: str | os.PathLike[str]) -> RetentionPolicy:
     except Exception as e:  # noqa: BLE001 - JSONDecodeError, YAMLError
         raise RetentionConfigError(_where(str(p), f"not valid: {e}")) from e
     return parse_policy(doc, str(p), hashlib.sha256(raw).hexdigest())
-
-
-def policy_from_env(env: Mapping[str, str] | None = None) -> RetentionPolicy | None:
-    """The policy ``EVIDENCE_RETENTION_FILE`` names, or ``None`` when it is not set."""
-    env = os.environ if env is None else env
-    path = env.get("EVIDENCE_RETENTION_FILE")
-    return load_policy(path) if path else None
 
 
 # -- the plan (pure) ---------------------------------------------------------------------------

@@ -12,6 +12,9 @@ Each service has one settings module, the only place it reads ``EVIDENCE_*`` var
 - :func:`add_connection_options`: the flags of the connection settings (``--bootstrap``,
   ``--topic-prefix``, ``--database-url``, ``--views-schema``), declared once for every
   command that takes them.
+- :class:`KeyStoreSettings`: where the API, ``evidence erase`` and the shredder keep the
+  subjects' data keys, and the KEK that wraps them (``server.keystore.open_key_store`` opens
+  it).
 
 An empty value means unset, everywhere: ``EVIDENCE_PG_VIEWS_SCHEMA=`` is the default schema,
 never a schema named ``""`` (a shell that exports a variable it has no value for must not
@@ -23,14 +26,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
+from evidence_contract.keys import DAY, parse_granularity
 from evidence_contract.topics import TopicNames
 
 __all__ = ["CONNECTION_OPTIONS", "DEFAULT_BOOTSTRAP", "DEFAULT_DATABASE_URL",
-           "DEFAULT_TOPIC_PREFIX", "DEFAULT_VIEWS_SCHEMA", "Connection", "SettingsError",
-           "add_connection_options", "native_setting", "read", "value"]
+           "DEFAULT_TOPIC_PREFIX", "DEFAULT_VIEWS_SCHEMA", "Connection", "KeyStoreSettings",
+           "SettingsError", "add_connection_options", "native_setting", "read", "value"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TOPIC_PREFIX = "evidence"
@@ -199,3 +203,62 @@ def add_connection_options(p: argparse.ArgumentParser | Any, *fields: str, fallb
         p.add_argument(flag, dest=field_name, metavar=metavar, default=None,
                        help=(f"{extra}: " if extra else "") + f"{text} (default "
                             + ", else ".join(where) + ")")
+
+
+@dataclass(frozen=True)
+class KeyStoreSettings:
+    """Where a server process keeps the subjects' data keys, and the KEK that wraps them.
+
+    ``store`` is ``file:<dir>`` (the client's ``FileKeyStore``, the devstack's and the
+    tests': the gateway creates keys in the same directory) or ``postgres`` (on
+    ``database_url``, in ``schema``); ``epoch`` the period one new key covers (``day`` or
+    ``month``); the KEK is ``kek_file`` (mode 0600) or ``kek`` (64 hex digits), loaded when
+    the store is opened (``server.keystore.open_key_store``)."""
+
+    store: str
+    epoch: str = DAY
+    database_url: str | None = None
+    schema: str = "evidence_keys"
+    kek_file: str | None = None
+    kek: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.store != "postgres" and not (self.store.startswith("file:") and self.store[5:]):
+            raise SettingsError(f"EVIDENCE_KEY_STORE {self.store!r}: expected file:<dir> or "
+                                f"postgres")
+        if self.store == "postgres" and not self.database_url:
+            raise SettingsError("EVIDENCE_KEY_STORE=postgres needs EVIDENCE_DATABASE_URL")
+
+    @property
+    def directory(self) -> str | None:
+        """The directory of a ``file:<dir>`` store; None for ``postgres``."""
+        return self.store[5:] if self.store.startswith("file:") else None
+
+    def kek_env(self) -> dict[str, str]:
+        """The KEK's variables, as ``evidence_client.keystore.load_kek`` takes them."""
+        return {name: getattr(self, f) for f, (name, _conv) in _KEK.items() if getattr(self, f)}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "KeyStoreSettings":
+        """The key store the variables name (``os.environ`` when ``env`` is None); a
+        :class:`SettingsError` when none is named or a value cannot work."""
+        env = os.environ if env is None else env
+        store = (value(env, "EVIDENCE_KEY_STORE") or "").strip()
+        if not store:
+            raise SettingsError("no key store: set EVIDENCE_KEY_STORE to file:<dir> or postgres")
+        try:
+            epoch = parse_granularity(value(env, "EVIDENCE_KEY_EPOCH"))
+        except ValueError as e:
+            raise SettingsError(f"EVIDENCE_KEY_EPOCH: {e}") from None
+        return cls(store, epoch, value(env, "EVIDENCE_DATABASE_URL"),
+                   **read(env, {**_KEY_STORE, **_KEK}))
+
+
+_KEY_STORE: dict[str, tuple[str, type]] = {
+    "schema": ("EVIDENCE_KEY_STORE_SCHEMA", str),
+}
+
+_KEK: dict[str, tuple[str, type]] = {
+    "kek_file": ("EVIDENCE_KEK_FILE", str),
+    "kek": ("EVIDENCE_KEK", str),
+}

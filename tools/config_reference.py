@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import os
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -95,11 +96,13 @@ def import_names(root: Path = ROOT) -> dict[Path, str]:
 
 
 def python_files(root: Path = ROOT) -> Iterator[Path]:
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if not SKIP_DIRS.intersection(rel.parts[:-1]) and not any(
-                p.endswith(".egg-info") for p in rel.parts):
-            yield path
+    """Every source file outside SKIP_DIRS. The skipped folders are never entered: ``.stack/``
+    holds a running broker's data, whose files come and go while a walk would list them."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        found.extend(Path(folder, f) for f in files if f.endswith(".py"))
+    yield from sorted(found)
 
 
 def module_name(path: Path, root: Path, renamed: dict[Path, str]) -> str:

@@ -179,7 +179,9 @@ def test_verify_other_tenants_record_is_404_like_a_missing_one(acme, admin, data
     ({"event_id": "nope", "replayed_output": "a"}, "not a UUID"),
     ({"event_id": str(new_event_id()), "stream": "acme:chat", "seq": 1, "replayed_output": "a"},
      "not both"),
-    ({"stream": "acme:chat", "seq": 1, "replayed_output": "a", "extra": 1}, "unknown field 'extra'"),
+    ({"stream": "acme:chat", "seq": 1, "replayed_output": "a", "extra": 1},
+     "unknown field 'extra' (allowed: stream, seq, event_id, replayed_output, "
+     "replayed_response_b64)"),
     ({"stream": "acme chat", "seq": 1, "replayed_output": "a"}, "stream"),
     ({"stream": "acme:chat", "seq": 0, "replayed_output": "a"}, "seq"),
     ({"stream": "acme:chat", "seq": "one", "replayed_output": "a"}, "seq"),

@@ -76,6 +76,14 @@ def test_the_body_is_strict(client, body):
     assert client.app.state.key_store.destroyed == []
 
 
+def test_an_unknown_field_is_told_the_erasure_body_s_own_fields(client):
+    r = client.post("/admin/erasures", json={"subject": "u", "stream": "acme:chat"},
+                    headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == ("unknown field 'stream' (allowed: subject, request_id, "
+                                   "reason, seal_if_none)")
+
+
 def test_without_kafka_the_route_is_unavailable_before_destroying(client):
     r = client.post("/admin/erasures", json={"subject": "u"},
                     headers={"Authorization": f"Bearer {ADMIN}"})

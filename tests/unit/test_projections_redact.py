@@ -146,3 +146,17 @@ def test_the_audit_recomputes_a_masked_stream_clean_and_an_unmasked_one_altered(
     [f] = compare_projection(index, [(tuple(deltas_masked),
                                       record_row(value, 0, 0, EMAIL_POLICY))])
     assert f.kind == "projection_altered"
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("policy.yaml", "streams: [unclosed\n", "not YAML"),
+    ("policy.json", "{not json", "not JSON"),
+])
+def test_a_malformed_policy_file_is_a_redaction_error_naming_the_file(tmp_path, name, text, words):
+    from projections.redact import load
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(RedactionError, match=words) as err:
+        load(path)
+    assert str(path) in str(err.value)
