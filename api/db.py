@@ -85,6 +85,13 @@ class Database:
         cond, params = scope.sql()
         return await self._pool.one(what, self._q[query].format(scope=cond), (event_id, *params))
 
+    async def trace(self, trace_id: bytes, scope: Scope, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` records of the trace ``trace_id`` (16 bytes) that ``scope`` may
+        read, in the order they were sealed (``occurred_at``, then the log position)."""
+        cond, params = scope.sql()
+        return await self._pool.all("trace", self._q["meta_trace"].format(scope=cond),
+                                    (trace_id, *params, limit))
+
     async def page(self, stream: str, after_seq: int, limit: int,
                    with_bytes: bool = False) -> list[tuple[Any, ...]]:
         """Up to ``limit`` records of ``stream`` after ``after_seq``, in seq order."""

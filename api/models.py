@@ -24,6 +24,7 @@ from .db import ERASED_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
 __all__ = [
     "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
+    "TRACE_PATTERN", "TraceOut", "TraceRecords", "TelemetryOut", "TelemetryClaimOut",
     "BundleConsistency", "BundleInclusion", "BundleLog", "ConsistencyProof", "CosignatureAccepted", "EvidenceBundle", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "LogInclusion", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary", "TooManyBody",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
 ]
@@ -31,6 +32,8 @@ __all__ = [
 MAX_SEQ = (1 << 63) - 1
 STREAM_PATTERN = "^" + STREAM_ID_RE.pattern + "$"
 EVENT_PATTERN = "^" + EVENT_ID_RE.pattern + "$"
+TRACE_PATTERN = "^[0-9a-f]{32}$"
+"""A W3C trace id as text: 32 lowercase hex digits (not all zero)."""
 FINDINGS_SHOWN = 100
 """How many findings an answer lists; it gives their count in full."""
 
@@ -295,6 +298,33 @@ class LogPosition(BaseModel):
     offset: int
 
 
+class TraceOut(BaseModel):
+    trace_id: str = Field(description="32 lowercase hex digits")
+    span_id: str = Field(description="16 lowercase hex digits")
+
+
+class TelemetryClaimOut(BaseModel):
+    name: str
+    value: str
+    verdict: Literal["VERIFIED", "MISMATCHED", "UNVERIFIABLE"]
+
+
+class TelemetryOut(BaseModel):
+    dialect: str = Field(description="gen_ai, gen_ai_1_36, openllmetry, openinference, logfire "
+                                     "or bijotel")
+    scope_name: str
+    scope_version: str | None
+    source: Literal["SPAN", "LOG_EVENT"]
+    otlp_digest: str = Field(description="sha256(0x07 || the OTLP request body as received), hex")
+    span_digest: str = Field(description="sha256(0x08 || the span's deterministic protobuf "
+                                         "serialization), hex; equal to content_key")
+    content_from: list[str]
+    rebuilt: bool
+    corroborates: str | None = Field(description="the event id of the gateway capture the "
+                                                  "span named, which holds the wire bytes")
+    claims: list[TelemetryClaimOut]
+
+
 class RecordOut(BaseModel):
     stream: str
     seq: int
@@ -332,6 +362,17 @@ class RecordOut(BaseModel):
                                                     "body that response_digest covers; null "
                                                     "when there was no response body")
     log: LogPosition
+    capture_method: Literal["wire", "mapped from telemetry"] = Field(description=(
+        "wire: captured at the wire (the request's and the response's bytes hashed and kept "
+        "as sent and received); mapped from telemetry: built from an OpenTelemetry span or "
+        "log event (record contract 2.2, see telemetry), not native evidence: no request or "
+        "response bytes, its content_key is the span's digest"))
+    trace: TraceOut | None = Field(None, description=(
+        "the W3C trace context of the span the call ran in (record contract 2.2); null when "
+        "none was recorded"))
+    telemetry: TelemetryOut | None = Field(None, description=(
+        "what a capture mapped from telemetry came from and claimed; null for a capture "
+        "made at the wire"))
     content: Literal["plain", "encrypted", "erased"] = Field(description=(
         "plain: the bodies as recorded (masked where the projection's redaction policy "
         "says); encrypted: sealed under a subject's key (the bodies are envelopes, the "
@@ -377,6 +418,13 @@ class RecordPage(BaseModel):
     records: list[RecordOut]
     next_after_seq: int | None = Field(description="pass as after_seq for the next page; "
                                                    "null on the last page")
+
+
+class TraceRecords(BaseModel):
+    trace_id: str
+    records: list[RecordOut] = Field(description="the trace's records the key may read, in "
+                                                 "the order they were sealed")
+    more: bool = Field(description="true when the trace has more records than `limit`")
 
 
 class StreamSummary(BaseModel):
@@ -464,6 +512,7 @@ def record_dict(row: tuple[Any, ...], redaction: Any = None) -> dict[str, Any]:
                  "request_length", "response_length"):
         out[name] = r[name]
     out["log"] = {"partition": r["log_partition"], "offset": r["log_offset"]}
+    out.update(_trace_fields(r))
     erased = erased_of(row)
     out["content"] = ("erased" if erased else
                       "plain" if r["key_id"] is None else "encrypted")
@@ -486,6 +535,22 @@ def record_dict(row: tuple[Any, ...], redaction: Any = None) -> dict[str, Any]:
             out.update(record_b64=None, record_sha256=hashlib.sha256(bytes(record)).hexdigest(),
                        record_leaf_hash=record_leaf_hash(bytes(record)).hex())
     return out
+
+
+def _trace_fields(r: dict[str, Any]) -> dict[str, Any]:
+    """``capture_method``, ``trace`` and ``telemetry`` of a row (record contract 2.2). The
+    mapping is read from the record itself (``telemetry_record``: its log message, selected
+    for a mapped record only)."""
+    trace = None if r["trace_id"] is None else {"trace_id": bytes(r["trace_id"]).hex(),
+                                                "span_id": bytes(r["span_id"]).hex()}
+    telemetry = None
+    if r["mapped"] and r["telemetry_record"] is not None:
+        from evidence_contract import decode
+        from evidence_contract.vectors import to_jsonable
+
+        telemetry = to_jsonable(decode(bytes(r["telemetry_record"]))[1]["body"]["telemetry"])
+    return {"capture_method": "mapped from telemetry" if r["mapped"] else "wire",
+            "trace": trace, "telemetry": telemetry}
 
 
 def head_dict(row: tuple[Any, ...]) -> dict[str, Any]:

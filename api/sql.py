@@ -23,7 +23,7 @@ from __future__ import annotations
 from projections.columns import RECORD_COLUMNS
 
 __all__ = ["BYTES_COLUMNS", "ERASED_COLUMNS", "EVENT_COLUMNS", "FINDING_COLUMNS", "HEAD_COLUMNS",
-           "META_COLUMNS", "VERIFY_COLUMNS", "erased_sql", "event_sql", "queries"]
+           "META_COLUMNS", "VERIFY_COLUMNS", "erased_sql", "event_sql", "meta_select", "queries"]
 
 META_COLUMNS = (
     "stream", "seq", "event_id", "schema_version", "occurred_at", "occurred_at_us",
@@ -33,7 +33,19 @@ META_COLUMNS = (
     "params", "http_status", "response_content_type", "seed", "temperature", "top_p",
     "deterministic", "request_policy", "streamed", "closed_early", "truncated", "writer_id",
     "request_length", "response_length", "log_partition", "log_offset",
+    "trace_id", "span_id", "mapped", "corroborates", "telemetry_record",
 )
+_META_EXPRESSIONS = {"telemetry_record": "case when mapped then record_bytes end"}
+"""META_COLUMNS that are not columns: ``telemetry_record`` is a record mapped from telemetry's
+log message (null for any other record), whose ``telemetry`` the API shows; the rest of the
+mapping is not projected."""
+
+
+def meta_select() -> str:
+    """``META_COLUMNS`` as a select list."""
+    return ", ".join(_META_EXPRESSIONS.get(c, c) for c in META_COLUMNS)
+
+
 ERASED_COLUMNS = ("key_id", "erased_at_us", "erasure_request_id")
 """After ``META_COLUMNS`` in every record query: the record's key id (null: plain) and, when
 that key was erased, the earliest erasure's µs and request id."""
@@ -87,7 +99,7 @@ def queries(views: str) -> dict[str, str]:
 
 def _record_queries(v: str) -> dict[str, str]:
     """One record by (stream, seq) or by event id, a page of a stream, a record as served."""
-    cols = ", ".join(META_COLUMNS) + ", " + erased_sql(v)
+    cols = meta_select() + ", " + erased_sql(v)
     page = (f"from {v}.records where stream = %s and seq > %s "
             f"order by seq, log_partition, log_offset limit %s")
     verify_cols = ("stream, seq, output_digest, response_digest, deterministic, seed, "
@@ -115,6 +127,9 @@ def _record_queries(v: str) -> dict[str, str]:
                   f"(select n.hash from {v}.tree_nodes n where n.stream = r.stream "
                   f"and n.level = 0 and n.idx = r.seq - 1) "
                   f"from {v}.records r ",
+        # the records of a trace (contract 2.2): "{scope}" is the caller's stream condition
+        "meta_trace": f"select {cols} from {v}.records where trace_id = %s and {{scope}} "
+                      f"order by occurred_at_us, log_partition, log_offset limit %s",
         "add_finding": f"insert into {v}.findings (stream, seq, kind, detail, log_partition, "
                        f"log_offset) select %s, %s, %s, %s, %s, %s where not exists (select 1 "
                        f"from {v}.findings where stream = %s and seq = %s and kind = %s)",

@@ -227,6 +227,26 @@ def _content_checks(files: dict[str, bytes], check: _Checks, body: dict[str, Any
     return None
 
 
+def _mapped_md(body: dict[str, Any]) -> list[str]:
+    """What VERIFY.md says of a record mapped from telemetry (contract 2.2)."""
+    t = body["telemetry"]
+    span = bytes(t["span_digest"]).hex()
+    same = "equal to it" if bytes(body["content_key"]).hex() == span else "NOT equal to it"
+    return [
+        "## Mapped from telemetry, not captured at the wire", "",
+        f"This record was mapped from an OpenTelemetry {t['source'].lower().replace('_', ' ')} "
+        f"({t['dialect']} conventions, instrumentation scope `{t['scope_name']}`"
+        + (f" {t['scope_version']}" if t["scope_version"] else "") + "): it keeps no request "
+        "or response bytes, and what it says of the call is what the span said. Its "
+        f"`content_key` is the span's digest, `telemetry.span_digest` = `{span}` ({same}): "
+        "sha256(0x08 || the span's deterministic protobuf serialization); "
+        f"`telemetry.otlp_digest` = `{bytes(t['otlp_digest']).hex()}` is sha256(0x07 || the "
+        "OTLP request body as received). Neither can be recomputed from this export: the span "
+        "and the request are not in the record." + (
+            f" The span named the gateway capture `{t['corroborates']}`, which holds the wire "
+            "bytes: export that record to verify them." if t["corroborates"] else ""), ""]
+
+
 def _record_digest_check(check: _Checks, seal: dict[str, Any]) -> str:
     """Check the chain link ``record_digest``; return the command that prints it."""
     seq_be = seal["seq"].to_bytes(8, "big")
@@ -405,6 +425,8 @@ def _verify_md(body: dict[str, Any], seal: dict[str, Any], checks: list[dict[str
                   f"expected: `{c['expected']}`", ""]
     if body.get("encryption") is not None:
         lines += _content_md(body, erased, proof is not None)
+    if body.get("telemetry") is not None:
+        lines += _mapped_md(body)
     if unverifiable is not None:
         lines += ["## output_digest: not checked", "",
                   f"The record seals an output_digest, but {unverifiable}; there is no "

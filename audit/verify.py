@@ -24,6 +24,15 @@ record's. One whose key id the auditor was told is erased (``erased_keys``, from
 signed erasure receipts) is counted per stream as ``erased`` (not a finding: the content is
 unrecoverable by design, its proofs still hold).
 
+A record mapped from telemetry (contract 2.2, ``telemetry`` set) has no request or response
+bytes: its ``content_key`` is its ``telemetry.span_digest``, over the span's bytes, which the
+record does not keep, so neither that digest nor ``otlp_digest`` can be recomputed here. What
+is checked is what the writer checked (:func:`evidence_contract.telemetry.telemetry_problem`:
+``content_key`` equal to ``span_digest``, a trace, no request or response bytes, HASH_ONLY, no
+encryption, a known dialect; ``bad_telemetry``), ``input_digest`` over the messages it keeps,
+and the chain as any record's; a trace context is checked as the writer does (``bad_trace``).
+Such records are counted per stream as ``mapped``.
+
 Finding kinds are stable strings (``KINDS``), for reports and exit codes; findings are
 :class:`evidence_contract.chain.Finding`.
 """
@@ -54,6 +63,7 @@ from evidence_contract.chain import DUPLICATE, Finding, Head, Link, Sighting, ad
     event_id_findings
 from evidence_contract.outputs import KINDS as FORMATS
 from evidence_contract.envelope import encrypted_body_problem
+from evidence_contract.telemetry import is_mapped, telemetry_problem, trace_problem
 from evidence_contract.outputs import EXTRACTED, NO_TEXT, UNKNOWN_FORMAT, Extraction, extract
 
 from audit.erasures import ERASURE_RECEIPT_INVALID
@@ -68,7 +78,7 @@ KINDS = chain.KINDS + (
     "non_canonical_body", "content_key_mismatch", "response_digest_mismatch",
     "output_digest_mismatch", OUTPUT_DIGEST_UNVERIFIABLE, "input_digest_mismatch",
     "prompt_digest_mismatch", "chunk_digest_mismatch", "length_mismatch", "bad_encryption",
-    "not_sealed_by_writer", "head_mismatch",
+    "bad_trace", "bad_telemetry", "not_sealed_by_writer", "head_mismatch",
     "projection_missing", "projection_extra", "projection_altered", ERASURE_RECEIPT_INVALID,
 ) + TREE_KINDS
 """The chain step's kinds, then the body, writer and projection checks', then the tree
@@ -103,6 +113,8 @@ class StreamState:
     """Records sealed under a subject's key (contract 2.1 ``encryption``)."""
     erased: int = 0
     """Of those, records whose key the log's erasure receipts say was destroyed."""
+    mapped: int = 0
+    """Records mapped from telemetry (contract 2.2 ``telemetry``), not captured at the wire."""
     last_pos: tuple[int, int] | None = None
     prev_of_last: bytes = GENESIS
     # Other copies of the tail seq that link to the same predecessor: a fork. The writer only
@@ -193,6 +205,12 @@ class LogAuditor:
         if canonical_body_bytes(body, bytes(value[2:HEADER_SIZE])) != stored_body:
             self._find("non_canonical_body", *where,
                        "stored body bytes are not the canonical Avro binary of the body")
+        # Contract 2.2: the writer's own rules of a trace and of a mapped capture.
+        for kind, problem in (("bad_trace", trace_problem(body)),
+                              ("bad_telemetry", telemetry_problem(body))):
+            if problem:
+                self._find(kind, *where, problem)
+        st.mapped += is_mapped(body)
         if body.get("encryption") is not None:
             st.encrypted += 1
             if body["encryption"].get("key_id") in self.erased_keys:

@@ -205,6 +205,9 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
             "duration_us": ex.duration_us,
         },
         "encryption": None,  # the recorder's encrypt policy seals the capture afterwards
-        # The trace context (ex.trace_id, ex.span_id) is not emitted yet: it goes here once
-        # the record contract seals it (a minor version of CaptureEvent and EvidenceRecord).
+        # contract 2.2: the span the call ran in (the application's GenAI span it joined, or
+        # the one the client started), so a trace finds its record and the record its trace
+        "trace": (None if ex.trace_id is None or ex.span_id is None
+                  else {"trace_id": ex.trace_id, "span_id": ex.span_id}),
+        "telemetry": None,  # contract 2.2: only a capture mapped from telemetry has one
     }

@@ -7,11 +7,12 @@ ship inside the wheel; ``evidence_contract.files`` finds them in either place.
 
 Pure code; the only I/O is reading ``avro/*.avsc`` once at import.
 
-Schemas (``avro/*.avsc``, record contract 2.1, namespace ``evidence.v2``), named in
+Schemas (``avro/*.avsc``, record contract 2.2, namespace ``evidence.v2``), named in
 ``SCHEMA_NAMES``; each file is self-contained (EvidenceRecord carries CaptureEvent inline) and
 defines every named type once, so every Avro implementation computes the same fingerprint.
 A 1.0 capture has another fingerprint and the writer rejects it (UNKNOWN_FINGERPRINT); a 2.0
-one (``avro/history/``) is read with its own schema and sealed as a 2.0 record. Every record
+or 2.1 one (``avro/history/``) is read with its own schema and sealed as a record of its own
+version. Every record
 ever sealed, 1.0 included, decodes with the EvidenceRecord schema it was sealed with:
     CaptureEvent     what services send to evidence.intake; the record ``body``
     EvidenceRecord   ``body`` + the writer's ``seal``, on evidence.log
@@ -26,12 +27,13 @@ Codec (Avro single-object encoding, no registry needed):
 Digests (SHA-256 over a one-byte domain prefix, 32 raw bytes):
     content_key (0x00), response_digest (0x01), input_digest (0x02),
     prompt_digest (0x03), output_digest (0x04), record_digest (0x05), chunk_digest (0x06),
-    GENESIS
+    otlp_digest (0x07), span_digest (0x08) (a capture mapped from telemetry's), GENESIS
 
 Record model:
     new_event_id, now_micros, iso_micros, valid_event_id, valid_stream_id, STREAM_ID_RE,
     seed_text, valid_seed, SEED_RE, MAX_SEED_DIGITS, TRUNCATED_ERROR_BYTES,
-    SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal
+    SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, seal,
+    TRACE_ID_SIZE, SPAN_ID_SIZE, TELEMETRY_DIALECTS (record contract 2.2: trace, telemetry)
 
 Sealed content (record contract 2.1, ``docs/erasure.md``), modules imported by name:
     envelope   the envelope format, associated data, commitment prefixes, the writer's
@@ -72,10 +74,12 @@ from .digests import (
     chunk_digest,
     content_key,
     input_digest,
+    otlp_digest,
     output_digest,
     prompt_digest,
     record_digest,
     response_digest,
+    span_digest,
 )
 from .errors import DecodeError, EncodeError, EvidenceError, TruncatedError
 from .topics import TopicNames
@@ -83,8 +87,11 @@ from .model import (
     MAX_SEED_DIGITS,
     SCHEMA_VERSION,
     SEED_RE,
+    SPAN_ID_SIZE,
     STREAM_ID_RE,
     SUPPORTED_SCHEMA_VERSIONS,
+    TELEMETRY_DIALECTS,
+    TRACE_ID_SIZE,
     TRUNCATED_ERROR_BYTES,
     iso_micros,
     new_event_id,
@@ -107,8 +114,11 @@ __all__ = [
     "SCHEMA_NAMES",
     "SCHEMA_VERSION",
     "SEED_RE",
+    "SPAN_ID_SIZE",
     "STREAM_ID_RE",
     "SUPPORTED_SCHEMA_VERSIONS",
+    "TELEMETRY_DIALECTS",
+    "TRACE_ID_SIZE",
     "TRUNCATED_ERROR_BYTES",
     "TopicNames",
     "TruncatedError",
@@ -124,6 +134,7 @@ __all__ = [
     "iso_micros",
     "new_event_id",
     "now_micros",
+    "otlp_digest",
     "output_digest",
     "parsing_canonical_form",
     "peek_ids",
@@ -136,6 +147,7 @@ __all__ = [
     "schema_name_for",
     "seal",
     "seed_text",
+    "span_digest",
     "split_record",
     "valid_event_id",
     "valid_seed",

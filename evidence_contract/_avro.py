@@ -3,7 +3,7 @@
 Internal: the public face is ``evidence_contract.codec``. The files are found by
 ``evidence_contract.files`` (the repository's ``schemas/`` folder, or the wheel's copy).
 
-Each file is self-contained and parsed alone (record contract 2.1): EvidenceRecord carries
+Each file is self-contained and parsed alone (record contract 2.2): EvidenceRecord carries
 CaptureEvent's full definition inline, and every named type is defined exactly once and never
 referenced by name again. Implementations disagree on the Parsing Canonical Form of a schema
 that repeats a named type (Java and fastavro write the name, the Python ``avro`` package and
@@ -115,8 +115,9 @@ so a later version of the record contract reads each record with its own schema.
 
 SEALED_HISTORY = ("CaptureEvent", "EvidenceRecord")
 """Schemas whose earlier versions are read with their own schema, never resolved: a 2.0
-capture is sealed as a 2.0 EvidenceRecord, byte for byte, and decodes as a dict without the
-fields added since (``encryption``). Every EvidenceRecord ever sealed is here, 1.0 included
+capture is sealed as a 2.0 EvidenceRecord (a 2.1 one as a 2.1 record), byte for byte, and
+decodes as a dict without the fields added since (2.1: ``encryption``; 2.2: ``trace``,
+``telemetry``). Every EvidenceRecord ever sealed is here, 1.0 included
 (``EvidenceRecord.90d30cf5699b4afc``, CaptureEvent 1.0 inline, digests as the ``Sha256``
 fixed type, none of the fields 2.0 added): a sealed record is read by every later version.
 The 1.0 CaptureEvent is not, so intake still refuses a 1.0 capture by its fingerprint."""

@@ -152,8 +152,8 @@ def _avro_binary(schema: _Loaded, record: dict[str, Any]) -> bytes:
         # strict=True catches missing and unknown fields, so a nullable field must be given
         # explicitly rather than defaulted.
         out = io.BytesIO()
-        # strict_allow_default: a field added with a default (``encryption``, 2.1) may be
-        # left out, so callers written before it keep working.
+        # strict_allow_default: a field added with a default (``encryption``, 2.1; ``trace``
+        # and ``telemetry``, 2.2) may be left out, so callers written before it keep working.
         fastavro.schemaless_writer(out, schema.parsed, record, strict_allow_default=True)
         data = out.getvalue()
         # What the writer would silently accept (a wrong-size fixed, an int out of range, a
@@ -246,8 +246,8 @@ def split_record(data: bytes) -> tuple[bytes, dict[str, Any]]:
 
     ``stored_body_bytes`` is the Avro binary of the body exactly as it is stored: ``body`` is
     the first field, so it is a byte prefix of the record's Avro binary. A record sealed
-    under an earlier contract (2.0) is read with its own schema: its body has no
-    ``encryption`` key. Verifiers recompute
+    under an earlier contract (2.0, 2.1) is read with its own schema: its body has
+    none of the keys added since (2.0: ``encryption``; 2.0 and 2.1: ``trace``, ``telemetry``). Verifiers recompute
     ``record_digest`` over these bytes rather than over a re-encoding, so a body whose stored
     bytes differ from ``body_bytes(record["body"])`` can be detected, not masked.
     """
@@ -279,7 +279,7 @@ def schema_name_for(fp: bytes) -> str | None:
 
 def record_fingerprint_for(capture_fp: bytes) -> bytes:
     """The EvidenceRecord fingerprint a CaptureEvent under ``capture_fp`` is sealed with: the
-    same contract version (a 2.0 capture becomes a 2.0 record, byte for byte)."""
+    same contract version (a 2.0 or 2.1 capture becomes a record of its version, byte for byte)."""
     return RECORD_FOR_CAPTURE[bytes(capture_fp)]
 
 

@@ -16,7 +16,8 @@ from .digests import DIGEST_SIZE
 __all__ = ["DIGEST_FIELDS", "first_misfit"]
 
 _CAPTURE_DIGESTS = ("content_key", "input_digest", "prompt_digest", "retrieval[].chunk_digest",
-                    "response_digest", "output_digest")
+                    "response_digest", "output_digest", "telemetry?.otlp_digest",
+                    "telemetry?.span_digest")
 
 DIGEST_FIELDS: dict[str, tuple[str, ...]] = {
     "CaptureEvent": _CAPTURE_DIGESTS,
@@ -26,7 +27,9 @@ DIGEST_FIELDS: dict[str, tuple[str, ...]] = {
 }
 """Per schema, the path of every digest field: exactly 32 bytes when not null.
 
-A path is field names joined by ``.``; ``name[]`` stands for every item of array ``name``.
+A path is field names joined by ``.``; ``name[]`` stands for every item of array ``name``,
+``name?`` for a record that may be null (or absent: a body of an earlier contract version,
+which has no such field), whose digests are then not there to check.
 """
 
 _DIGEST_PATHS = {name: tuple(tuple(p.split(".")) for p in paths)
@@ -42,6 +45,11 @@ def _misfit(node: Any, parts: tuple[str, ...], k: int, where: str) -> str | None
                 else f"a {type(node).__name__}")
         return f"{where} must be exactly {DIGEST_SIZE} bytes, got {size}"
     part = parts[k]
+    if part.endswith("?"):
+        inner = node.get(part[:-1])
+        if inner is None:
+            return None
+        return _misfit(inner, parts, k + 1, f"{where}{'.' if where else ''}{part[:-1]}")
     if part.endswith("[]"):
         name = part[:-2]
         for i, item in enumerate(node[name]):
@@ -66,6 +74,12 @@ def _compile_fits(paths: tuple[tuple[str, ...], ...]) -> Any:
             n += 1
             var = f"x{n}"
             lines.append(f"{pad}for {var} in {expr}[{head[:-2]!r}]:")
+            emit(var, rest, depth + 1)
+        elif head.endswith("?"):
+            n += 1
+            var = f"o{n}"
+            lines.append(f"{pad}{var} = {expr}.get({head[:-1]!r})")
+            lines.append(f"{pad}if {var} is not None:")
             emit(var, rest, depth + 1)
         elif rest:
             emit(f"{expr}[{head!r}]", rest, depth)

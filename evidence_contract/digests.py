@@ -10,6 +10,11 @@ one kind can never be presented as another (a response can't pass for a request,
     0x04 output_digest     UTF-8 of the extracted output text
     0x05 record_digest     prev_digest || be64(seq) || be64(occurred_at) || avro_binary(body)
     0x06 chunk_digest      a retrieved chunk's bytes as used in the prompt
+    0x07 otlp_digest       an OTLP export request body as received, content encoding removed
+    0x08 span_digest       one span's (or log record's) deterministic protobuf serialization
+
+The last two are a capture mapped from telemetry's (record contract 2.2, ``telemetry``): such
+a capture had no request bytes, and its ``content_key`` equals its ``span_digest``.
 
 All functions return the 32 raw digest bytes (``DIGEST_SIZE``); every digest field of the
 record contract holds exactly that many.
@@ -26,10 +31,12 @@ __all__ = [
     "chunk_digest",
     "content_key",
     "input_digest",
+    "otlp_digest",
     "output_digest",
     "prompt_digest",
     "record_digest",
     "response_digest",
+    "span_digest",
 ]
 
 DIGEST_SIZE = 32
@@ -44,6 +51,8 @@ _PROMPT = b"\x03"
 _OUTPUT = b"\x04"
 _RECORD = b"\x05"
 _CHUNK = b"\x06"
+_OTLP = b"\x07"
+_SPAN = b"\x08"
 
 # seq and occurred_at are unsigned 64-bit big-endian, so their byte order is fixed
 # independently of platform and of Avro's zig-zag varints.
@@ -92,6 +101,20 @@ def chunk_digest(data: _BytesLike) -> bytes:
     """Return sha256(0x06 || data) over a retrieved chunk's bytes as used in the prompt."""
     _require_bytes("data", data)
     return _digest(_CHUNK, data)
+
+
+def otlp_digest(body: _BytesLike) -> bytes:
+    """Return sha256(0x07 || body) over an OTLP export request body as received, after its
+    content encoding (e.g. gzip) was removed: what a mapped capture's item came in."""
+    _require_bytes("body", body)
+    return _digest(_OTLP, body)
+
+
+def span_digest(item: _BytesLike) -> bytes:
+    """Return sha256(0x08 || item) over one span's own bytes, the deterministic protobuf
+    serialization of its Span message (of its LogRecord message for a log event)."""
+    _require_bytes("item", item)
+    return _digest(_SPAN, item)
 
 
 def output_digest(text: str) -> bytes:

@@ -21,8 +21,11 @@ __all__ = [
     "MAX_SEED_DIGITS",
     "SCHEMA_VERSION",
     "SEED_RE",
+    "SPAN_ID_SIZE",
     "STREAM_ID_RE",
     "SUPPORTED_SCHEMA_VERSIONS",
+    "TELEMETRY_DIALECTS",
+    "TRACE_ID_SIZE",
     "TRUNCATED_ERROR_BYTES",
     "iso_micros",
     "new_event_id",
@@ -34,14 +37,27 @@ __all__ = [
     "valid_stream_id",
 ]
 
-SCHEMA_VERSION = "2.1"
-"""The ``schema_version`` this package writes: 2.1 added ``encryption`` (with an Avro default,
-so a 2.0 producer's captures are still sealed, as 2.0 records)."""
+SCHEMA_VERSION = "2.2"
+"""The ``schema_version`` this package writes: 2.2 added ``trace`` and ``telemetry``, 2.1
+``encryption`` (each with an Avro default, so a 2.0 or 2.1 producer's captures are still
+sealed, as records of their own version)."""
 
-SUPPORTED_SCHEMA_VERSIONS = frozenset({"2.0", "2.1"})
+SUPPORTED_SCHEMA_VERSIONS = frozenset({"2.0", "2.1", "2.2"})
 """Every ``schema_version`` this package can read and seal. A 1.0 capture never gets as far
 as its version: its schema fingerprint is not one of ours (``UNKNOWN_FINGERPRINT``). Only a
-2.1 capture may be encrypted."""
+2.1 or later capture may be encrypted, only a 2.2 one carry a trace or be mapped from
+telemetry."""
+
+TRACE_ID_SIZE = 16
+"""Bytes of ``trace.trace_id`` (W3C trace context; never all zero)."""
+
+SPAN_ID_SIZE = 8
+"""Bytes of ``trace.span_id`` (W3C trace context; never all zero)."""
+
+TELEMETRY_DIALECTS = ("gen_ai", "gen_ai_1_36", "openllmetry", "openinference", "logfire", "bijotel")
+"""The values of ``telemetry.dialect``: the instrumentation conventions a mapped capture came
+from (the GenAI semantic conventions, latest and up to v1.36; OpenLLMetry; OpenInference;
+Logfire; BIJOTEL)."""
 
 STREAM_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """A stream id: 1 to 128 of ASCII letters, digits, ``.``, ``_``, ``:`` and ``-``."""

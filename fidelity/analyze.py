@@ -127,8 +127,10 @@ def _provenance(p: dict[str, Any]) -> list[Finding]:
     out = [Finding(f"provenance.{k}", REDUCES_CONTROL, f"provenance {k} was not captured")
            for k in ("trace_id", "span_id") if _state(p[k]) == "unavailable"]
     if p["capture_method"] != "native":
+        how = p["capture_method"] + (" (mapped from telemetry)"
+                                     if p["capture_method"] == "mapped" else "")
         out.append(Finding("provenance.capture_method", PREVENTS_EXACTNESS,
-                           f"capture method is {p['capture_method']}, not native runtime evidence"))
+                           f"capture method is {how}, not native runtime evidence"))
     return out
 
 

@@ -16,6 +16,12 @@ An encrypted record (``key_id`` set) holds envelopes, not values: its input is a
 cannot serve its response verbatim without the subject's key. An *erased* one (``erased``
 true: its key destroyed) is the same, for good: nothing of its content is evidence any more
 but the commitments and the chain.
+
+A record mapped from telemetry (``mapped`` true, record contract 2.2) was built from an
+OpenTelemetry span, not captured at the wire: its capture method is ``mapped`` (the analyzer:
+not native runtime evidence), its input a ``hash`` (its content key is the span's digest, there
+were no request bytes) and the log holds no response to serve. Its trace context, and any
+record's (``trace_id``, ``span_id``), is its provenance.
 """
 
 from __future__ import annotations
@@ -106,8 +112,15 @@ def _manifest(record: Mapping[str, Any], determinism: dict[str, Any],
         "retrieval": dict(_NOT_USED_RETRIEVAL),
         "environment": dict(_NOT_APPLICABLE_ENV),
         "isolation": isolation,
-        "provenance": {"trace_id": ABSENT, "span_id": ABSENT, "capture_method": "native"},
+        "provenance": _provenance(record),
     }
+
+
+def _provenance(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's trace context (contract 2.2; absent before) and how it was captured."""
+    ids = {k: ABSENT if record.get(k) is None else _value(bytes(record[k]).hex())
+           for k in ("trace_id", "span_id")}
+    return {**ids, "capture_method": "mapped" if record.get("mapped") else "native"}
 
 
 def manifests_for_record(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -120,6 +133,9 @@ def manifests_for_record(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]
                  "log by a Replayer that holds the key; nothing is re-executed")
     elif has_response:
         basis = "the verbatim response bytes are served from the log; nothing is re-executed"
+    elif record.get("mapped"):
+        basis = ("mapped from telemetry: the span carried no response bytes, and what it says "
+                 "of the call is not native evidence")
     else:
         basis = f"no response bytes were recorded (outcome {record.get('outcome')})"
     log = _manifest(

@@ -19,11 +19,14 @@ RECORD_COLUMNS = (
     "seed", "temperature", "top_p", "deterministic", "request_policy", "streamed",
     "closed_early", "truncated", "writer_id", "request_length", "response_length",
     "request_bytes", "response_bytes", "error_bytes", "input_bytes", "prompt_bytes",
-    "key_id", "record_bytes",
+    "key_id", "trace_id", "span_id", "mapped", "corroborates", "record_bytes",
 )
 """``record_bytes`` stays last: the audit compares a row's bytes with the log by ``row[-1]``.
 ``key_id`` is the record's ``encryption.key_id`` as 16 bytes (None for a plain record): a
-record is *erased* when its key id is in ``erasures``."""
+record is *erased* when its key id is in ``erasures``. ``trace_id`` (16 bytes) and ``span_id``
+(8) are its ``trace`` (record contract 2.2; None without one), ``mapped`` whether it was
+mapped from telemetry (``telemetry`` set) and ``corroborates`` the gateway capture's event id
+its span named (``telemetry.corroborates``)."""
 
 # PostgreSQL types of RECORD_COLUMNS, for binary COPY (``copy.set_types``). The seed is
 # numeric: it is an integer of any size (decimal text in the record), often >= 2**63.
@@ -36,7 +39,8 @@ RECORD_TYPES = (
     "numeric", "float8", "float8", "bool", "text", "bool",
     "bool", "bool", "text", "int8", "int8",
     "bytea", "bytea", "bytea", "bytea", "bytea",
-    "bytea", "bytea",
+    "bytea", "bytea", "bytea", "bool", "uuid",
+    "bytea",
 )
 assert len(RECORD_TYPES) == len(RECORD_COLUMNS)
 

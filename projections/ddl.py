@@ -174,6 +174,29 @@ ERASURES_INDEX = """create index if not exists records_key_id_idx on {gen}.recor
 """Which records an erasure shreds; a secondary index (a bulk load adds it afterwards)."""
 
 
+TRACES = """
+alter table {gen}.records add column if not exists trace_id bytea;
+alter table {gen}.records add column if not exists span_id bytea;
+alter table {gen}.records add column if not exists mapped boolean not null default false;
+alter table {gen}.records add column if not exists corroborates uuid"""
+"""The records' trace context and telemetry mapping (record contract 2.2: ``trace``,
+``telemetry``). ``if not exists``: a generation made before them gets them when the projector
+follows it, appended after its other columns; its rows are of earlier contracts, which have no
+trace and are never mapped, so null and false are what they say."""
+
+TRACES_INDEX = """create index if not exists records_trace_id_idx on {gen}.records (trace_id)
+    where trace_id is not null"""
+"""The records of a trace (``GET /traces/{trace_id}/records``); a secondary index (a bulk
+load adds it afterwards)."""
+
+
+def ensure_traces(conn, gen: str, indexes: bool = True) -> None:
+    """Give ``gen``'s records the 2.2 columns and (``indexes``) the trace index if missing."""
+    conn.execute(TRACES.replace("{gen}", f'"{gen}"'))
+    if indexes:
+        conn.execute(TRACES_INDEX.replace("{gen}", f'"{gen}"'))
+
+
 def ensure_erasures(conn, gen: str, indexes: bool = True) -> None:
     """Create ``gen``'s erasures table, records.key_id and (``indexes``) its index if missing."""
     conn.execute(ERASURES.replace("{gen}", f'"{gen}"'))
@@ -250,6 +273,7 @@ def index_statements(gen: str) -> tuple[list[str], list[str]]:
     builds = [line for line in lines if _is_build(line)]
     attaches = [line for line in lines if _is_attach(line)]
     builds.append(ERASURES_INDEX.replace("{gen}", q))
+    builds.append(TRACES_INDEX.replace("{gen}", q))
     return builds, attaches
 
 
@@ -300,6 +324,7 @@ def create_generation(conn, meta: str = "evidence_meta", prefix: str = "evidence
     ensure_heartbeat(conn, gen)
     ensure_tlog(conn, gen, indexes)
     ensure_erasures(conn, gen, indexes)
+    ensure_traces(conn, gen, indexes)
     ensure_logtree(conn, gen)
     record_redaction(conn, gen, redaction)
     conn.execute(f'insert into "{meta}".generations (name, state) values (%s, %s)',
@@ -312,6 +337,7 @@ def point_views(conn, gen: str, views: str = "evidence") -> None:
     ensure_heartbeat(conn, gen)
     ensure_tlog(conn, gen)
     ensure_erasures(conn, gen)
+    ensure_traces(conn, gen)
     ensure_redaction(conn, gen)
     ensure_logtree(conn, gen)
     conn.execute(f'create schema if not exists "{views}"')

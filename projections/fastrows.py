@@ -22,6 +22,8 @@ from evidence_contract import schema_name_for
 from server.logs import event_logger
 from server.settings import native_setting
 
+from .columns import RECORD_COLUMNS
+
 __all__ = ["COPY_SIGNATURE", "COPY_TRAILER", "IMPLEMENTATION", "decode", "decode_batch",
            "leaf_hash", "select"]
 
@@ -38,8 +40,9 @@ Decoded = tuple[tuple[Any, ...], bytes, bytes]
 def select(mode: str | None) -> ModuleType | None:
     """The compiled module for ``EVIDENCE_NATIVE=mode``, or None for the pure path.
 
-    Raises ``ImportError`` for ``mode == "1"`` when the module is missing or does not decode
-    exactly the EvidenceRecord schemas this contract has (a stale build)."""
+    Raises ``ImportError`` for ``mode == "1"`` when the module is missing, decodes a schema
+    this contract does not have or makes rows of other columns than ``RECORD_COLUMNS`` (a
+    stale build)."""
     if mode == "0":
         return None
     try:
@@ -56,6 +59,13 @@ def select(mode: str | None) -> ModuleType | None:
         if mode == "1":
             raise ImportError(f"evidence_rows_native decodes schemas this contract does not "
                               f"have ({', '.join(wrong)}): rebuild native/rows")
+        return None
+    # Its COPY tuples must have the columns the COPY names (a build from before a column).
+    if getattr(native, "COLUMNS", None) != len(RECORD_COLUMNS):
+        if mode == "1":
+            raise ImportError(f"evidence_rows_native makes rows of "
+                              f"{getattr(native, 'COLUMNS', None)} columns, the records table "
+                              f"has {len(RECORD_COLUMNS)}: rebuild native/rows")
         return None
     return native
 

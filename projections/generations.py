@@ -130,6 +130,7 @@ class GenerationStore:
             for statement in attaches:
                 self.db.conn.execute(statement)
             ddl.ensure_erasures(self.db.conn, gen)
+            ddl.ensure_traces(self.db.conn, gen)
         self.bulk_ids.pop(gen, None)  # event ids are looked up by index from now on
 
     def lock_live(self) -> str | None:

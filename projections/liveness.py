@@ -40,19 +40,19 @@ class LivenessStore:
             db.advisory_lock(f"{db.meta}.follow")
             live = db.live() == gen
             for ensure in (ddl.ensure_heartbeat, ddl.ensure_tlog, ddl.ensure_erasures,
-                           ddl.ensure_redaction, ddl.ensure_logtree):
+                           ddl.ensure_traces, ddl.ensure_redaction, ddl.ensure_logtree):
                 ensure(conn, gen)
             for table in FOLLOWED_TABLES:
                 if live and not db.has_table(views, table):
                     conn.execute(f'create schema if not exists "{views}"')
                     conn.execute(f'create view "{views}".{table} as '
                                  f'select * from "{gen}".{table}')
-            if live and not conn.execute(
-                    "select 1 from information_schema.columns where table_schema = %s "
-                    "and table_name = 'records' and column_name = 'key_id'",
-                    (views,)).fetchone():
-                # A records view made before the key id column: the column was added last,
-                # so the view can be replaced in place (readers keep reading).
+            if live and conn.execute(
+                    "select count(*) < 2 from information_schema.columns where table_schema = %s "
+                    "and table_name = 'records' and column_name in ('key_id', 'trace_id')",
+                    (views,)).fetchone()[0]:
+                # A records view made before the key id or the trace columns: the columns
+                # were added last, so the view can be replaced in place (readers keep reading).
                 conn.execute(f'create or replace view "{views}".records as '
                              f'select * from "{gen}".records')
 

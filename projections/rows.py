@@ -55,7 +55,9 @@ def record_row(value: bytes, partition: int, offset: int,
         capture["closed_early"], capture["truncated"], seal["writer"]["writer_id"],
         body["request_length"], body["response_length"], body["request_bytes"],
         body["response_bytes"], body["error_bytes"], body["input_bytes"], body["prompt_bytes"],
-        key_id_bytes(body.get("encryption")), bytes(value),
+        key_id_bytes(body.get("encryption")), *trace_columns(body.get("trace"),
+                                                             body.get("telemetry")),
+        bytes(value),
     )
     return row if redaction is None else redact(row, redaction)
 
@@ -68,6 +70,20 @@ def key_id_bytes(encryption: dict[str, Any] | None) -> bytes | None:
         return bytes.fromhex(encryption["key_id"])
     except (KeyError, TypeError, ValueError):
         raise DecodeError("encryption.key_id is not a key id") from None
+
+
+def trace_columns(trace: dict[str, Any] | None, telemetry: dict[str, Any] | None
+                  ) -> tuple[bytes | None, bytes | None, bool, uuid.UUID | None]:
+    """The ``trace_id``, ``span_id``, ``mapped`` and ``corroborates`` columns of a record's
+    ``trace`` and ``telemetry`` (record contract 2.2; both None in an earlier record)."""
+    corroborates = None if telemetry is None else telemetry["corroborates"]
+    try:
+        corroborated = None if corroborates is None else uuid.UUID(corroborates)
+    except ValueError:
+        raise DecodeError("telemetry.corroborates is not an event id") from None
+    return (None if trace is None else trace["trace_id"],
+            None if trace is None else trace["span_id"],
+            telemetry is not None, corroborated)
 
 
 def seed_int(seed: str | None) -> int | None:

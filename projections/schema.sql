@@ -50,6 +50,11 @@ create table {gen}.records (
     prompt_bytes          bytea,
     key_id                bytea,                  -- encryption.key_id (16 bytes); null: plain
                                                   -- (indexed by projections.ddl.ERASURES)
+    trace_id              bytea,                  -- trace.trace_id (16 bytes, contract 2.2)
+    span_id               bytea,                  -- trace.span_id (8 bytes); both indexed by
+                                                  -- projections.ddl.TRACES_INDEX
+    mapped                boolean     not null default false, -- mapped from telemetry
+    corroborates          uuid,                   -- telemetry.corroborates: a gateway capture
     record_bytes          bytea       not null    -- the log message value, verbatim
 )
 -- A typical record row (message + response + request bytes) is 2-6 KiB: over the default

@@ -45,9 +45,10 @@ from evidence_contract import (
 )
 from evidence_contract.codec import MARKER
 from evidence_contract.envelope import encrypted_body_problem
+from evidence_contract.telemetry import is_mapped, telemetry_problem, trace_problem
 from evidence_contract.chain import Head, Link, advance
 from evidence_contract.merkle import CompactRange
-from evidence_contract.vectors import committed_event
+from evidence_contract.vectors import committed_event, traced_event
 from writer.checkpoints import TreeState, record_leaf
 from writer.reasons import Reason
 
@@ -171,6 +172,9 @@ def _check_semantics(body: dict[str, Any], value: bytes, key: bytes | None,
         kept = _kept_despite_truncation(body)
         if kept:
             return reject(Reason.BAD_TRUNCATION, kept)
+    rejection = _check_trace(body, version) or _check_telemetry(body, version)
+    if rejection is not None:
+        return rejection
     missing = _missing_fields(body)
     if missing:
         return reject(Reason.MISSING_FIELD, missing)
@@ -200,8 +204,9 @@ def _content_problem(body: dict[str, Any], version: str) -> Rejection | None:
         # data key, which the writer never holds. What it can check is the shape: scheme,
         # key id, every content field an envelope of that key, the plaintext lengths.
         problem = encrypted_body_problem(body)
-        if not problem and version != "2.1":
-            problem = f"schema_version {version!r} has no encryption; an encrypted capture is 2.1"
+        if not problem and version not in ("2.1", "2.2"):
+            problem = (f"schema_version {version!r} has no encryption; an encrypted capture "
+                       f"is 2.1 or later")
         return reject(Reason.BAD_ENCRYPTION, problem) if problem else None
     wrong = _wrong_length(body)
     if wrong:
@@ -244,7 +249,8 @@ def _kept_despite_truncation(body: dict[str, Any]) -> str:
 
 def _missing_fields(body: dict[str, Any]) -> str:
     truncated = body["capture"]["truncated"]
-    if body["outcome"] == "COMMITTED":
+    # A capture mapped from telemetry has no response body, also when COMMITTED.
+    if body["outcome"] == "COMMITTED" and not is_mapped(body):
         needed = ("response_digest", "response_length") if truncated else (
             "response_bytes", "response_digest", "response_length")
         for name in needed:
@@ -264,6 +270,22 @@ def _missing_fields(body: dict[str, Any]) -> str:
         if body[kept] is not None and body[digest] is None:
             return f"missing field {digest}: {kept} are present"
     return ""
+
+
+def _check_trace(body: dict[str, Any], version: str) -> Rejection | None:
+    """BAD_TRACE: a trace context (record contract 2.2) must be one a span can have, the W3C
+    ids of a 2.2 capture (:func:`evidence_contract.telemetry.trace_problem`)."""
+    problem = trace_problem(body)
+    return reject(Reason.BAD_TRACE, problem) if problem else None
+
+
+def _check_telemetry(body: dict[str, Any], version: str) -> Rejection | None:
+    """BAD_TELEMETRY: a capture mapped from telemetry (record contract 2.2) is labelled as
+    such and never passes for wire bytes: a trace, no request or response bytes, content_key
+    the span's digest, no encryption (:func:`evidence_contract.telemetry.telemetry_problem`).
+    Its digest sizes were checked with every other digest (BAD_DIGEST)."""
+    problem = telemetry_problem(body)
+    return reject(Reason.BAD_TELEMETRY, problem) if problem else None
 
 
 def _wrong_length(body: dict[str, Any]) -> str:
@@ -359,23 +381,24 @@ def seal_capture(capture: Capture, head: Head, now_micros: int, writer: dict[str
 
 def self_check(mod: Any) -> str:
     """Why the compiled seal path ``mod`` (``evidence_seal_native``) disagrees with this one on
-    the contract's committed vector, or "" when it seals it byte for byte the same."""
-    event = committed_event()
-    value, key = encode("CaptureEvent", event), event["stream"].encode("utf-8")
+    the contract's committed vectors (with and without a trace), or "" when it seals them
+    byte for byte the same."""
     writer = {"writer_id": "self-check", "transactional_id": "self-check", "version": "0"}
-    capture = validate(value, key, 1 << 24)
-    if not isinstance(capture, Capture):  # pragma: no cover - the vector is valid
-        return f"the committed vector does not validate: {capture}"
-    head = Head.genesis(capture.stream)
-    record, new_head = seal_capture(capture, head, 1, writer, 0, 7)
     kernel = mod.Kernel(writer["writer_id"], writer["transactional_id"], writer["version"])
-    got = kernel.check(value, key, 1 << 24, 0, 0)
-    if got is None or tuple(got[:2]) != (capture.stream, capture.event_id):
-        return "it does not accept the contract's committed vector"
-    native = kernel.seal(value, got[2], head.digest, 1, 1, 0, 7)
-    if (native[0], native[1], native[2]) != (record, new_head.digest,
-                                             record_leaf(record, new_head.digest)):
-        return "it seals the contract's committed vector differently"
+    for name, event in (("committed", committed_event()), ("traced", traced_event())):
+        value, key = encode("CaptureEvent", event), event["stream"].encode("utf-8")
+        capture = validate(value, key, 1 << 24)
+        if not isinstance(capture, Capture):  # pragma: no cover - the vectors are valid
+            return f"the {name} vector does not validate: {capture}"
+        head = Head.genesis(capture.stream)
+        record, new_head = seal_capture(capture, head, 1, writer, 0, 7)
+        got = kernel.check(value, key, 1 << 24, 0, 0)
+        if got is None or tuple(got[:2]) != (capture.stream, capture.event_id):
+            return f"it does not accept the contract's {name} vector"
+        native = kernel.seal(value, got[2], head.digest, 1, 1, 0, 7)
+        if (native[0], native[1], native[2]) != (record, new_head.digest,
+                                                 record_leaf(record, new_head.digest)):
+            return f"it seals the contract's {name} vector differently"
     merge = getattr(kernel, "append_leaf", None)
     if merge is None:
         return "it has no Merkle append (a build older than this writer)"

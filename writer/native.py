@@ -26,7 +26,13 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from evidence_contract import EvidenceError, record_fingerprint_for, schema_name_for
+from evidence_contract import (
+    SCHEMA_VERSION,
+    EvidenceError,
+    fingerprint,
+    record_fingerprint_for,
+    schema_name_for,
+)
 from evidence_contract.merkle import LEAF_LABEL
 from server.logs import event_logger
 from server.settings import native_setting
@@ -66,6 +72,10 @@ def _refusal(mod: Any) -> str:
             return f"its CaptureEvent fingerprint {capture_fp.hex()} is not the contract's"
         if record_fingerprint_for(capture_fp) != record_fp:
             return f"it seals {capture_fp.hex()} captures under another record fingerprint"
+    if fingerprint("CaptureEvent") not in known:
+        return (f"it does not know this contract's CaptureEvent "
+                f"({fingerprint('CaptureEvent').hex()}, contract {SCHEMA_VERSION}): a build "
+                f"older than this writer")
     if getattr(mod, "LEAF_LABEL", None) != LEAF_LABEL:
         return "its Merkle leaf label is not the contract's"
     return self_check(mod)

@@ -46,6 +46,15 @@ class Reason(str, enum.Enum):
     """replay.seed is not an integer as decimal text, or deterministic != (seed != null)."""
     BAD_TRUNCATION = "BAD_TRUNCATION"
     """capture.truncated, yet a body is kept (or error_bytes exceed their first 64 KiB)."""
+    BAD_TRACE = "BAD_TRACE"
+    """``trace`` (record contract 2.2) whose trace_id is not 16 bytes or span_id not 8, or is
+    all zero, or a capture with a trace whose schema_version is not 2.2."""
+    BAD_TELEMETRY = "BAD_TELEMETRY"
+    """A capture mapped from telemetry (``telemetry`` set, record contract 2.2) that breaks a
+    rule of one: an unknown dialect, an empty scope or claim name, a ``corroborates`` that is
+    no UUIDv7, no ``trace``, request bytes or a request policy other than HASH_ONLY, a
+    content_key other than its span_digest, a response body, ``encryption``, or a
+    schema_version other than 2.2."""
     MISSING_FIELD = "MISSING_FIELD"
     """A field the capture's own semantics require is null (e.g. COMMITTED without response)."""
     LENGTH_MISMATCH = "LENGTH_MISMATCH"

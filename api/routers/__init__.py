@@ -4,7 +4,7 @@
     bundles      GET /replay/{content_key_hex}/bundle, /streams/{stream}/records/{seq}/bundle:
                  a record with its proofs, for readers that verify
     records      GET /streams, /streams/{stream}, /streams/{stream}/records[/{seq}],
-                 /events/{event_id}
+                 /events/{event_id}, /traces/{trace_id}/records
     audit        GET /streams/{stream}/audit
     fidelity     GET /streams/{stream}/records/{seq}/fidelity, POST /fidelity/analyze
     tlog         GET /streams/{stream}/checkpoint, /streams/{stream}/proof/inclusion,

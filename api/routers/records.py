@@ -6,6 +6,7 @@
     GET /streams/{stream}/records         records by seq, keyset-paged (after_seq)
     GET /streams/{stream}/records/{seq}   one record
     GET /events/{event_id}                one record by capture id
+    GET /traces/{trace_id}/records        the records of a trace (record contract 2.2)
 
 The three record routes take ``?include=bytes`` for the bodies and the log message. Every
 record says ``content``: ``plain``, ``encrypted`` or ``erased`` (with ``erasure``: when and
@@ -22,6 +23,7 @@ the key may read carry the id, and ``is_copy`` whether the one answered is itsel
 a copy (a ``duplicate_event_id`` finding: its original is in a stream the key may not read).
 """
 
+import re
 import uuid
 from typing import Annotated, Any
 
@@ -32,15 +34,15 @@ from evidence_contract import valid_event_id
 from ..deps import Caller, Config, Db, IncludeBytes, Seq, StreamId, Watch, not_found
 from ..errors import InvalidRequest
 from ..models import (
-    EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, RecordOut, RecordPage,
-    StreamDetail, StreamList, finding_dict, head_dict, record_dict,
+    EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, TRACE_PATTERN, RecordOut,
+    RecordPage, StreamDetail, StreamList, TraceRecords, finding_dict, head_dict, record_dict,
 )
 from ..params import Digits
 from ..responses import ERRORS
 from ..watch import wait_past
 
 __all__ = ["BYTES_PAGE_MAX", "WAIT_MS_MAX", "get_event", "get_record", "get_stream",
-           "list_records", "list_streams", "router"]
+           "list_records", "list_streams", "router", "trace_records"]
 
 router = APIRouter(tags=["records"], responses=ERRORS)
 
@@ -166,3 +168,26 @@ async def get_event(
     row, copies, is_copy = found
     out = record_dict(row, await db.redaction() if include == "bytes" else None)
     return {**out, "copies": copies, "is_copy": is_copy}
+
+
+@router.get("/traces/{trace_id}/records", response_model=TraceRecords,
+            summary="The records of a trace")
+async def trace_records(
+    trace_id: Annotated[str, Path(
+        description="a W3C trace id: 32 lowercase hex digits, not all zero",
+        json_schema_extra={"pattern": TRACE_PATTERN})],
+    key: Caller, db: Db, limit: Limit = 100,
+) -> dict[str, Any]:
+    """The records sealed with this trace id (record contract 2.2: the trace context of the
+    span each call ran in, or the span a mapped capture came from) among the streams the key
+    may read, in the order they were sealed (`occurred_at`, then the log position); an empty
+    list when there are none. Each says its `capture_method`, `trace` and, for a capture
+    mapped from telemetry, `telemetry`. `more` is true when there are more than `limit`."""
+    if not re.fullmatch(TRACE_PATTERN.strip("^$"), trace_id):
+        raise InvalidRequest(f"trace_id {trace_id[:64]!r} is not a W3C trace id (32 lowercase "
+                             f"hex digits)")
+    if not int(trace_id, 16):
+        raise InvalidRequest("trace_id is all zero, which is no W3C trace id")
+    rows = await db.trace(bytes.fromhex(trace_id), key.scope, limit + 1)
+    return {"trace_id": trace_id, "records": [record_dict(r) for r in rows[:limit]],
+            "more": len(rows) > limit}

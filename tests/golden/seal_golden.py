@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _events(vectors: Any) -> list[dict[str, Any]]:
     """Every kind of capture the version's vectors build."""
-    names = ("committed_event", "failed_event", "truncated_event", "encrypted_event")
+    names = ("committed_event", "failed_event", "truncated_event", "encrypted_event",
+             "traced_event", "mapped_event")
     return [getattr(vectors, n)() for n in names if hasattr(vectors, n)]
 
 
@@ -100,13 +101,16 @@ def _seal_here(contract: str) -> dict[str, Any]:
 
 
 def _import_old_contract(worktree: Path) -> None:
-    """Make ``evidence_contract`` the worktree's ``schemas/`` and put the worktree first."""
+    """Make ``evidence_contract`` the worktree's contract (its ``evidence_contract/`` folder,
+    or ``schemas/`` before the contract had a folder of its name) and put the worktree first."""
     import importlib.util
 
     sys.path[:] = [str(worktree)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+    folder = worktree / "evidence_contract"
+    if not (folder / "__init__.py").is_file():
+        folder = worktree / "schemas"
     spec = importlib.util.spec_from_file_location(
-        "evidence_contract", worktree / "schemas" / "__init__.py",
-        submodule_search_locations=[str(worktree / "schemas")])
+        "evidence_contract", folder / "__init__.py", submodule_search_locations=[str(folder)])
     module = importlib.util.module_from_spec(spec)
     sys.modules["evidence_contract"] = module
     spec.loader.exec_module(module)

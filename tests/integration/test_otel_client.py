@@ -45,6 +45,10 @@ def assert_names_the_capture(span, event, api_url):
     assert a["evidence.stream"] == event["stream"]
     assert a["evidence.content_key"] == event["content_key"].hex()
     assert a["evidence.response_digest"] == event["response_digest"].hex()
+    # the link both ways: the record seals the span's trace context (contract 2.2)
+    ctx = span.get_span_context()
+    assert event["trace"] == {"trace_id": ctx.trace_id.to_bytes(16, "big"),
+                              "span_id": ctx.span_id.to_bytes(8, "big")}
     ref = f"{api_url}/events/{event['event_id']}"
     assert a["gen_ai.input.messages_ref"] == ref and a["gen_ai.output.messages_ref"] == ref
     for value in a.values():
@@ -124,3 +128,6 @@ def test_with_the_official_instrumentation_one_genai_span_per_call(make_recorder
         [span] = spans[cap.event["event_id"]]
         assert span.attributes["evidence.content_key"] == cap.event["content_key"].hex()
         assert span.attributes["evidence.response_digest"] == cap.event["response_digest"].hex()
+        ctx = span.get_span_context()
+        assert cap.event["trace"]["trace_id"] == ctx.trace_id.to_bytes(16, "big")
+        assert cap.event["trace"]["span_id"] == ctx.span_id.to_bytes(8, "big")

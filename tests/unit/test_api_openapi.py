@@ -59,6 +59,8 @@ OPERATIONS = [
      {"200": "RecordOut", **GUARDED}, True),
     ("GET", "/events/{event_id}", "get_event_events__event_id__get", ["records"],
      ("path:event_id", "query:include"), {"200": "RecordOut", **GUARDED}, True),
+    ("GET", "/traces/{trace_id}/records", "trace_records_traces__trace_id__records_get",
+     ["records"], ("path:trace_id", "query:limit"), {"200": "TraceRecords", **GUARDED}, True),
     ("GET", "/streams/{stream}/audit", "audit_stream_streams__stream__audit_get",
      ["verification"], ("path:stream",), {"200": "application/json", **GUARDED, **BUSY},
      True),
@@ -127,7 +129,8 @@ SCHEMAS = {
                   "prompt_digest", "provider", "model_id", "response_model", "fingerprint",
                   "params", "http_status", "response_content_type", "replay",
                   "request_policy", "streamed", "closed_early", "truncated", "writer_id",
-                  "request_length", "response_length", "log", "content", "key_id", "erasure",
+                  "request_length", "response_length", "log", "capture_method", "trace",
+                  "telemetry", "content", "key_id", "erasure",
                   "request_b64", "response_b64",
                   "error_b64", "input_b64", "prompt_b64", "record_b64", "record_sha256",
                   "record_leaf_hash", "copies", "is_copy"),
@@ -138,7 +141,12 @@ SCHEMAS = {
     "StreamList": ("streams", "next_after"),
     "StreamSummary": ("stream", "head_seq", "head_digest", "record_count", "first_at",
                       "last_at"),
+    "TelemetryClaimOut": ("name", "value", "verdict"),
+    "TelemetryOut": ("dialect", "scope_name", "scope_version", "source", "otlp_digest",
+                     "span_digest", "content_from", "rebuilt", "corroborates", "claims"),
     "TooManyBody": ("error", "message", "limit", "setting"),
+    "TraceOut": ("trace_id", "span_id"),
+    "TraceRecords": ("trace_id", "records", "more"),
     "VerifyResponse": ("match", "original_hash", "replay_hash", "compared", "deterministic",
                        "model_version", "stream", "seq", "reason"),
 }
@@ -211,6 +219,7 @@ def test_id_path_parameters_carry_their_patterns(spec):
         return next(p for p in op["parameters"] if p["name"] == name)["schema"]
 
     assert param("/events/{event_id}", "event_id")["pattern"].startswith("^[0-9a-f]{8}-")
+    assert param("/traces/{trace_id}/records", "trace_id")["pattern"] == "^[0-9a-f]{32}$"
     assert param("/replay/{content_key_hex}", "content_key_hex")["pattern"] == \
         "^[0-9a-fA-F]{64}$"
     assert param("/streams/{stream}", "stream")["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"

@@ -12,7 +12,7 @@ from api import Keyring, Settings, create_app
 from api.params import digits_only
 
 KEY = "k-0123456789abcdef0123456789abcdef"
-FILL = {"stream": "acme:chat", "seq": "1", "content_key_hex": "ab" * 32}
+FILL = {"stream": "acme:chat", "seq": "1", "content_key_hex": "ab" * 32, "trace_id": "ab" * 16}
 
 
 def _app():

@@ -35,7 +35,7 @@ from evidence_contract.codec import MARKER
 from evidence_contract.merkle import record_leaf_hash
 from projections import fastrows
 from projections.fold import Record, Undecodable, decode_message, decode_messages, fold
-from projections.rows import RECORD_TYPES, record_row
+from projections.rows import RECORD_COLUMNS, RECORD_TYPES, record_row
 from projections.pg import Connection
 from projections.records import RecordStore
 from projections.tlog import row_leaf_hash
@@ -48,6 +48,9 @@ VECTORS = json.loads((ROOT / "schemas" / "vectors.json").read_text())
 _CAPTURE_2_0 = next(s for s in HISTORY if s.name == "CaptureEvent")
 OLD = {"CaptureEvent": _CAPTURE_2_0,
        "EvidenceRecord": BY_FINGERPRINT[RECORD_FOR_CAPTURE[_CAPTURE_2_0.fingerprint]]}
+# Contract 2.1 (no trace, no telemetry): its CaptureEvent fingerprint and its EvidenceRecord's.
+_CAPTURE_2_1 = bytes.fromhex("dcad4f6e8bfbc7de")
+_RECORD_2_1 = RECORD_FOR_CAPTURE[_CAPTURE_2_1]
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +75,16 @@ def compiled(native: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _seal(body: dict[str, Any], seq: int = 1, prev: bytes = GENESIS, at: int = 1_700_000_000_000_000,
-          old: bool = False) -> bytes:
-    cap_fp = OLD["CaptureEvent"].fingerprint if old else None
+          old: bool = False, v2_1: bool = False) -> bytes:
+    cap_fp = OLD["CaptureEvent"].fingerprint if old else _CAPTURE_2_1 if v2_1 else None
     avro = canonical_body_bytes(body, cap_fp)
     seal = {"seq": seq, "occurred_at": at, "prev_digest": prev,
             # not the chain's digest: the projection does not recompute it, and this one
             # exists for any occurred_at, the out-of-range ones included
             "record_digest": hashlib.sha256(avro).digest(), "writer": dict(WRITER),
             "intake_partition": 0, "intake_offset": seq}
-    return encode_sealed(avro, seal, OLD["EvidenceRecord"].fingerprint if old else None)
+    return encode_sealed(avro, seal, OLD["EvidenceRecord"].fingerprint if old
+                         else _RECORD_2_1 if v2_1 else None)
 
 
 def _raw(record: dict[str, Any], old: bool = False) -> bytes:
@@ -122,6 +126,7 @@ def _body(rng: random.Random, i: int) -> dict[str, Any]:
     b["captured_at"] = pick(b["captured_at"], 0, -1, -62135596800000000, 253402300799999999)
     b["encryption"] = pick(None, None, {"scheme": "aes256gcm-hmacsha256/v1",
                                         "key_id": rng.randbytes(16).hex()})
+    b["trace"] = pick(None, None, {"trace_id": rng.randbytes(16), "span_id": rng.randbytes(8)})
     return b
 
 
@@ -131,11 +136,15 @@ def _generated(n: int = 300, seed: int = 14) -> list[bytes]:
     for i in range(n):
         body = _body(rng, i)
         old = body["encryption"] is None and rng.random() < 0.3
+        v2_1 = not old and rng.random() < 0.2
+        if old or v2_1:
+            del body["trace"], body["telemetry"]
+            body["schema_version"] = "2.1"
         if old:
             del body["encryption"]
             body["schema_version"] = "2.0"
         at = rng.choice([1_700_000_000_000_000 + i, 0, -5, 253402300799999999])
-        out.append(_seal(body, rng.randint(1, 2**40), rng.randbytes(32), at, old))
+        out.append(_seal(body, rng.randint(1, 2**40), rng.randbytes(32), at, old, v2_1))
     return out
 
 
@@ -248,6 +257,42 @@ def test_generated_records_all_decode_natively_and_alike(native):
     values = _generated()
     assert [_check(native, v, i % 7, 10**12 + i) for i, v in enumerate(values)] \
         == ["decoded"] * len(values)
+    # of every contract version, with and without a trace
+    rows = [record_row(v, 0, 0) for v in values]
+    at = {name: RECORD_COLUMNS.index(name) for name in ("schema_version", "trace_id", "mapped")}
+    assert {r[at["schema_version"]] for r in rows} == {"2.0", "2.1", "2.2"}
+    assert any(r[at["trace_id"]] is not None for r in rows)
+    assert any(r[at["trace_id"]] is None and r[at["schema_version"]] == "2.2" for r in rows)
+    assert not any(r[at["mapped"]] for r in rows)
+
+
+def test_a_record_with_a_trace_has_its_ids_in_the_row_on_both_paths(native):
+    from evidence_contract.vectors import traced_event
+
+    e = traced_event()
+    row = record_row(_seal(e), 0, 0)
+    assert _check(native, _seal(e)) == "decoded"
+    got = dict(zip(RECORD_COLUMNS, row))
+    assert (got["trace_id"], got["span_id"]) == (e["trace"]["trace_id"], e["trace"]["span_id"])
+    assert got["mapped"] is False and got["corroborates"] is None
+
+
+def test_a_record_mapped_from_telemetry_is_the_pure_paths_and_says_so(native):
+    import uuid
+
+    from evidence_contract.vectors import mapped_event
+
+    e = mapped_event()
+    value = _seal(e)
+    assert _check(native, value) == "left"
+    got = dict(zip(RECORD_COLUMNS, record_row(value, 0, 0)))
+    assert got["mapped"] is True and got["trace_id"] == e["trace"]["trace_id"]
+    assert got["corroborates"] == uuid.UUID(e["telemetry"]["corroborates"])
+    assert got["response_bytes"] is None and got["content_key"] == e["telemetry"]["span_digest"]
+    # and it copies as psycopg writes it
+    assert _psycopg_copy([record_row(value, 0, 0)])
+    no_claim = {**e, "telemetry": {**e["telemetry"], "corroborates": None}}
+    assert dict(zip(RECORD_COLUMNS, record_row(_seal(no_claim), 0, 0)))["corroborates"] is None
 
 
 def test_odd_records_are_refused_or_decoded_alike(native):
@@ -329,6 +374,16 @@ def test_a_module_for_other_schemas_is_not_used(monkeypatch):
     assert fastrows.select(None) is None
     with pytest.raises(ImportError, match="rebuild"):
         fastrows.select("1")
+
+
+def test_a_module_that_makes_rows_of_other_columns_is_not_used(monkeypatch, native):
+    """A build from before the 2.2 columns (44 of them) would COPY short rows."""
+    stale = types.SimpleNamespace(FINGERPRINTS=native.FINGERPRINTS[1:], COLUMNS=44)
+    monkeypatch.setitem(sys.modules, "evidence_rows_native", stale)
+    assert fastrows.select(None) is None
+    with pytest.raises(ImportError, match="44 columns, the records table has 48"):
+        fastrows.select("1")
+    assert native.COLUMNS == len(RECORD_COLUMNS) == 48
 
 
 # --- the COPY: compiled tuples and write_row in one stream ---------------------------------

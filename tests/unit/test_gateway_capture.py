@@ -53,6 +53,17 @@ def test_committed_whole_response():
     assert e["captured_at"] == 2_000 and e["capture"]["started_at"] == 1_000
 
 
+def test_the_span_a_call_ran_in_is_sealed_as_its_trace_context():
+    trace_id, span_id = bytes.fromhex("0af7651916cd43dd8448eb211c80319c"), bytes.fromhex("b7ad6b7169203331")
+    e = build(exchange(status=200, content_type="application/json", chunks=[b'{"choices":[]}'],
+                       eof=True, trace_id=trace_id, span_id=span_id))
+    assert e["schema_version"] == "2.2"
+    assert e["trace"] == {"trace_id": trace_id, "span_id": span_id}
+    assert e["telemetry"] is None
+    assert build(exchange(status=200, content_type="application/json", chunks=[b"{}"],
+                          eof=True))["trace"] is None
+
+
 def test_no_response_is_unknown_with_the_exception():
     e = build(exchange(error="ConnectError: refused"))
     assert e["outcome"] == "UNKNOWN" and e["error_bytes"] == b"ConnectError: refused"

@@ -26,7 +26,9 @@ import pytest
 import writer.native as native_sel
 from evidence_contract import (
     chunk_digest,
+    content_key,
     encode,
+    fingerprint,
     input_digest,
     prompt_digest,
     response_digest,
@@ -38,6 +40,8 @@ from evidence_contract.vectors import (
     committed_event,
     encrypted_event,
     failed_event,
+    mapped_event,
+    traced_event,
     truncated_event,
 )
 from tests.fixtures.writer import encode_raw_capture, make_capture
@@ -46,6 +50,7 @@ from topics import MIB
 from writer import Duplicate, Rejection, Sealed, Sealer
 from writer.checkpoints import record_leaf
 from writer.native import NativeSealError
+from writer.reasons import Reason
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "schemas" / "vectors.json").read_text())
@@ -137,22 +142,31 @@ def _msg(value: bytes, stream: str) -> Message:
     return value, stream.encode(), partition_for(stream, PARTITIONS)
 
 
-def _encode_2_0(event: dict[str, Any]) -> bytes:
-    old = next(s for s in HISTORY if s.name == "CaptureEvent")
+def _encode_old(event: dict[str, Any], version: str, fp: str, drop: tuple[str, ...]) -> bytes:
+    old = next(s for s in HISTORY if s.fingerprint.hex() == fp)
     out = io.BytesIO()
-    body = {k: v for k, v in event.items() if k != "encryption"}
-    fastavro.schemaless_writer(out, old.parsed, {**body, "schema_version": "2.0"})
+    body = {k: v for k, v in event.items() if k not in drop}
+    fastavro.schemaless_writer(out, old.parsed, {**body, "schema_version": version})
     return b"\xc3\x01" + old.fingerprint + out.getvalue()
+
+
+def _encode_2_0(event: dict[str, Any]) -> bytes:
+    return _encode_old(event, "2.0", "97daea93ce13a290", ("encryption", "trace", "telemetry"))
+
+
+def _encode_2_1(event: dict[str, Any]) -> bytes:
+    return _encode_old(event, "2.1", "dcad4f6e8bfbc7de", ("trace", "telemetry"))
 
 
 # -- the contract's vectors ---------------------------------------------------------------
 def test_schemas_vectors_seal_the_same_and_natively(native_module):
     captures = [r for r in VECTORS["records"] if r["schema"] == "CaptureEvent"]
-    assert len(captures) == 3
+    assert len(captures) == 5
     msgs = [_msg(bytes.fromhex(r["encoded_hex"]), r["record"]["stream"]) for r in captures]
-    outcomes, fast = _run_both(msgs)
+    outcomes, fast = _run_both(msgs, plain=False)
     assert all(isinstance(o, Sealed) for o in outcomes)
-    assert fast.kernel.taken == 3
+    # All but the capture mapped from telemetry, which is left to the pure path.
+    assert fast.kernel.taken == 4
     # The EvidenceRecord vectors' bodies are these captures' bodies, byte for byte.
     for o, r in zip(outcomes, captures):
         assert o.record[10:10 + len(r["body_hex"]) // 2].hex() == r["body_hex"]
@@ -168,7 +182,7 @@ def test_the_vectors_of_the_record_digest_hold_in_the_compiled_seal(native_modul
         kernel = kernel_cache.setdefault(key, native_module.Kernel(*key))
         body = bytes.fromhex(r["body_hex"])
         encoded = bytes.fromhex(r["encoded_hex"])
-        value = b"\xc3\x01" + bytes.fromhex("dcad4f6e8bfbc7de") + body
+        value = b"\xc3\x01" + fingerprint("CaptureEvent") + body
         record, digest, leaf = kernel.seal(value, encoded[2:10], bytes.fromhex(seal["prev_digest"]),
                                            seal["seq"], seal["occurred_at"],
                                            seal["intake_partition"], seal["intake_offset"])
@@ -192,6 +206,41 @@ def test_2_0_captures_seal_as_2_0_records_on_both_paths(native_module):
     assert all(isinstance(o, Sealed) and o.record[2:10].hex() == "854b3d02a904fe84"
                for o in outcomes)
     assert fast.kernel.taken == 3
+
+
+def test_2_1_captures_seal_as_2_1_records_on_both_paths(native_module):
+    msgs = [_msg(_encode_2_1(e), e["stream"]) for e in (committed_event(), failed_event(),
+                                                         truncated_event())]
+    outcomes, fast = _run_both(msgs)
+    assert all(isinstance(o, Sealed) and o.record[2:10].hex() == "598d7a24f41b9228"
+               for o in outcomes)
+    assert fast.kernel.taken == 3
+
+
+def test_a_capture_with_a_trace_is_sealed_natively_and_the_same(native_module):
+    e = traced_event()
+    outcomes, fast = _run_both([_msg(encode("CaptureEvent", e), e["stream"])])
+    assert isinstance(outcomes[0], Sealed) and fast.kernel.taken == 1
+    assert outcomes[0].record[2:10] == fingerprint("EvidenceRecord")
+
+
+def _mapped_events() -> list[dict[str, Any]]:
+    """Captures mapped from telemetry, valid and broken: each left to the pure path."""
+    m = mapped_event()
+    return [m, {**m, "event_id": "017f22e2-79b4-7000-8000-0000000000a1", "outcome": "FAILED"},
+            {**m, "telemetry": {**m["telemetry"], "dialect": "otel"}},
+            {**m, "trace": None}, {**m, "content_key": content_key(b"rebuilt")},
+            {**m, "response_digest": response_digest(b"x"), "response_length": 1},
+            {**m, "telemetry": {**m["telemetry"], "span_digest": b"\x01" * 31}}]
+
+
+def test_captures_mapped_from_telemetry_are_left_to_the_pure_path(native_module):
+    msgs = [_msg(encode_raw_capture(e), e["stream"]) for e in _mapped_events()]
+    outcomes, fast = _run_both(msgs, plain=False)
+    assert fast.kernel.taken == 0
+    assert [type(o).__name__ if not isinstance(o, Rejection) else o.reason.value
+            for o in outcomes] == ["Sealed", "Sealed", "BAD_TELEMETRY", "BAD_TELEMETRY",
+                                   "BAD_TELEMETRY", "BAD_TELEMETRY", "BAD_DIGEST"]
 
 
 # -- the writer's unit vectors ------------------------------------------------------------
@@ -270,7 +319,7 @@ def _rule_events() -> list[dict[str, Any]]:
         make_capture(S, request_length=5), make_capture(S, response_length=1),
         make_capture(S, request_length=-1), make_capture(S, response_length=None),
         make_capture(S, response_digest=None), make_capture(S, schema_version="2.0"),
-        make_capture(S, schema_version="2.2"), make_capture(S, event_id="not-a-uuid"),
+        make_capture(S, schema_version="2.3"), make_capture(S, event_id="not-a-uuid"),
         make_capture("a b"), make_capture("x" * 128), make_capture("x" * 129),
         make_capture("sp\u00e9cial"), make_capture(S, http_status=-5),
         make_capture(S, response_content_type="t\u00e9xt/\U0001f600"),
@@ -282,6 +331,15 @@ def _rule_events() -> list[dict[str, Any]]:
     for seed, deterministic in seeds:
         events.append(make_capture(S, replay={"seed": seed, "temperature": 0.5, "top_p": None,
                                               "deterministic": deterministic}))
+    # trace (record contract 2.2): the compiled path checks it as BAD_TRACE does.
+    ok_trace = {"trace_id": b"\x01" * 16, "span_id": b"\x02" * 8}
+    for trace in (ok_trace, {**ok_trace, "trace_id": bytes(16)}, {**ok_trace, "span_id": bytes(8)},
+                  {**ok_trace, "trace_id": b"\x01" * 15}, {**ok_trace, "trace_id": b"\x01" * 17},
+                  {**ok_trace, "span_id": b"\x02" * 7}, {**ok_trace, "span_id": b"\x02" * 9},
+                  {"trace_id": b"\x00" * 15 + b"\x01", "span_id": b"\x00" * 7 + b"\x01"}):
+        events.append(make_capture(S, trace=trace))
+    events.append(make_capture(S, trace=ok_trace, schema_version="2.1"))
+    events.append(make_capture(S, trace=ok_trace, schema_version="2.0"))
     return events
 
 
@@ -290,13 +348,14 @@ def test_each_rule_of_the_writer_core_gets_the_same_outcome(native_module):
     outcomes, fast = _run_both(msgs)
     sealed = sum(isinstance(o, Sealed) for o in outcomes)
     assert sealed >= 20 and fast.kernel.taken >= sealed
-    assert len({o.reason for o in outcomes if isinstance(o, Rejection)}) >= 9
+    reasons = {o.reason for o in outcomes if isinstance(o, Rejection)}
+    assert len(reasons) >= 10 and Reason.BAD_TRACE in reasons
 
 
 # -- the differential run -----------------------------------------------------------------
 def _generated(rng: random.Random, i: int) -> tuple[bytes, str]:
-    """A valid capture of one of several shapes (2.0 and 2.1, chunks, input, seeds,
-    truncated, sizes from empty to 20 kB)."""
+    """A valid capture of one of several shapes (2.0, 2.1 and 2.2, chunks, input, seeds,
+    truncated, a trace, sizes from empty to 20 kB)."""
     stream = f"tenant-{i % 7}:s.{i % 3}"
     kw: dict[str, Any] = {"response": os.urandom(rng.choice((0, 1, 100, 1000, 20_000)))}
     if i % 4 == 1:
@@ -307,11 +366,17 @@ def _generated(rng: random.Random, i: int) -> tuple[bytes, str]:
     if i % 6 == 3:
         kw["replay"] = {"seed": str(rng.randrange(-10**30, 10**30)), "temperature": 0.0,
                         "top_p": 1.0, "deterministic": True}
+    if i % 7 == 6:
+        kw["trace"] = {"trace_id": rng.randbytes(16), "span_id": rng.randbytes(8)}
     e = make_capture(stream, **kw)
     if i % 9 == 4:
         e = {**e, "request_bytes": None, "response_bytes": None,
              "capture": {**e["capture"], "truncated": True}}
-    return (_encode_2_0(e) if i % 8 == 5 else encode_raw_capture(e)), stream
+    if i % 8 == 5:
+        return _encode_2_0({**e, "trace": None}), stream
+    if i % 10 == 7:
+        return _encode_2_1({**e, "trace": None}), stream
+    return encode_raw_capture(e), stream
 
 
 def _mutate(rng: random.Random, value: bytes) -> bytes:
@@ -501,3 +566,19 @@ def test_the_writer_unit_tests_pass_on_the_other_path(native_module):
          "tests/unit/test_writer_erasures.py"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def test_a_build_from_before_this_contract_version_is_refused(monkeypatch, native_module):
+    """A module that knows 2.0 and 2.1 only would send every 2.2 capture to the pure path
+    unnoticed: it is refused, naming the contract it lacks."""
+
+    class Older:
+        RECORD_FOR_CAPTURE = {c: r for c, r in native_module.RECORD_FOR_CAPTURE.items()
+                              if c != fingerprint("CaptureEvent")}
+        LEAF_LABEL = native_module.LEAF_LABEL
+        Kernel = native_module.Kernel
+
+    assert len(Older.RECORD_FOR_CAPTURE) == 2
+    refused = _choose(monkeypatch, "auto", Older)
+    assert not refused.on and "older than this writer" in refused.why and "2.2" in refused.why
+    assert native_sel._refusal(native_module) == ""

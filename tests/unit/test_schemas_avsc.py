@@ -15,10 +15,11 @@ AVRO_DIR = schema_file("avro")
 NAMESPACE = "evidence.v2"
 
 # Changing a schema changes these, and with them every message header: do it on purpose.
-# Record contract 2.0 (1.0 was 6e9b9f33df6086e6, 90d30cf5699b4afc, 5cd190768a8d12ba).
+# Record contract 2.2 (2.1 was dcad4f6e8bfbc7de, 598d7a24f41b9228; 1.0 was 6e9b9f33df6086e6,
+# 90d30cf5699b4afc, 5cd190768a8d12ba).
 PINNED_FINGERPRINTS = {
-    "CaptureEvent": "dcad4f6e8bfbc7de",
-    "EvidenceRecord": "598d7a24f41b9228",
+    "CaptureEvent": "8361f22a8a039336",
+    "EvidenceRecord": "d321f2ab8d47b5d4",
     "WriterHead": "0abef15a90d74c6b",
 }
 
@@ -74,12 +75,16 @@ def test_namespace_and_no_fixed_types(name):
 
 
 def _fields(node, prefix=""):
-    """Yield (path, field) for every field, ``name[]`` for the items of an array."""
+    """Yield (path, field) for every field, ``name[]`` for the items of an array, ``name?``
+    for the record of a ``["null", record]`` union (``digest_fields``' paths)."""
     for field in node["fields"]:
         path = prefix + field["name"]
         yield path, field
         t = field["type"]
-        if isinstance(t, dict) and t.get("type") == "record":
+        if isinstance(t, list) and len(t) == 2 and t[0] == "null" and isinstance(t[1], dict) \
+                and t[1].get("type") == "record":
+            yield from _fields(t[1], path + "?.")
+        elif isinstance(t, dict) and t.get("type") == "record":
             yield from _fields(t, path + ".")
         elif isinstance(t, dict) and t.get("type") == "array" and isinstance(t["items"], dict):
             yield from _fields(t["items"], path + "[].")
@@ -102,7 +107,8 @@ def test_digest_fields_are_32_byte_bytes_and_say_so(name):
     ("content_key", "0x00"), ("response_digest", "0x01"), ("input_digest", "0x02"),
     ("input_bytes", "0x02"), ("prompt_digest", "0x03"), ("prompt_bytes", "0x03"),
     ("output_digest", "0x04"), ("retrieval[].chunk_digest", "0x06"),
-    ("retrieval[].chunk_bytes", "0x06"),
+    ("retrieval[].chunk_bytes", "0x06"), ("telemetry?.otlp_digest", "0x07"),
+    ("telemetry?.span_digest", "0x08"),
 ])
 def test_digest_docs_name_their_domain_prefix(path, prefix):
     assert f"sha256({prefix} ||" in dict(_fields(load("CaptureEvent")))[path]["doc"]
@@ -164,7 +170,7 @@ def test_capture_event_field_order():
         "retrieval", "provider", "model_id", "params", "fingerprint", "response_model",
         "http_status", "response_content_type", "response_bytes", "response_length",
         "response_digest", "output_digest", "error_bytes", "outcome", "replay", "capture",
-        "encryption",
+        "encryption", "trace", "telemetry",
     ]  # fmt: skip
     fields = dict(_fields(load("CaptureEvent")))
     assert [f["name"] for f in fields["retrieval"]["type"]["items"]["fields"]] == [

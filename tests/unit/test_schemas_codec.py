@@ -23,7 +23,7 @@ from evidence_contract import (
     wrong_size_digest,
 )
 from evidence_contract._avro import SCHEMAS
-from evidence_contract.vectors import committed_event, failed_event, sealed_records
+from evidence_contract.vectors import committed_event, failed_event, mapped_event, sealed_records
 
 WRITER = {"writer_id": "w", "transactional_id": "t", "version": "0.1.0"}
 
@@ -68,7 +68,7 @@ GOLDEN_2_0_SEQ2_RECORD = (
     "6e2bfb337b9675fc636ffcb5b9f029818898e587439daebff43492293339107772697465722d30226576696465"
     "6e63652d7772697465722d300a302e312e300002"
 )
-GOLDEN_FAILED_BODY = (
+GOLDEN_2_1_FAILED_BODY = (
     "06322e314830313766323265322d373962312d373030302d383030302d3030303030303030303030322a74656e"
     "616e742d613a737570706f72742e63686174a0a9f3cb88a8ec0540d5c31a4eeeb5dad4295b95021f441fb23dde"
     "46158e14c7918e08541a38fa964900c601000000000012616e7468726f7069634a68747470733a2f2f6170692e"
@@ -79,12 +79,22 @@ GOLDEN_FAILED_BODY = (
     "6d69746564227d7d020002666666666666e63f02cdccccccccccec3f003865766964656e63652d73746f72652d"
     "676174657761792f302e312e30000201000080e7d4cb88a8ec0502a0c21e00"
 )
-GOLDEN_FAILED_CAPTURE = "c301dcad4f6e8bfbc7de" + GOLDEN_FAILED_BODY
-GOLDEN_SEQ2_RECORD = (
+GOLDEN_2_1_FAILED_CAPTURE = "c301dcad4f6e8bfbc7de" + GOLDEN_2_1_FAILED_BODY
+GOLDEN_2_1_SEQ2_RECORD = (
     "c301598d7a24f41b9228"
-    + GOLDEN_FAILED_BODY
+    + GOLDEN_2_1_FAILED_BODY
     + "04c0b6f9cb88a8ec054033b619543bc5b8be5ce44512308d5ce9db9d8e8efb9a87b7c3efde73b4ba6c02407b2e"
     "24b714b4992a762194f28dd20eac748b66b08b066dff174c88ab345846ea107772697465722d30226576696465"
+    "6e63652d7772697465722d300a302e312e300002"
+)
+# Record contract 2.2: the 2.1 body, version text aside, and two nulls (trace, telemetry).
+GOLDEN_FAILED_BODY = GOLDEN_2_1_FAILED_BODY.replace("06322e31", "06322e32", 1) + "0000"
+GOLDEN_FAILED_CAPTURE = "c3018361f22a8a039336" + GOLDEN_FAILED_BODY
+GOLDEN_SEQ2_RECORD = (
+    "c301d321f2ab8d47b5d4"
+    + GOLDEN_FAILED_BODY
+    + "04c0b6f9cb88a8ec0540482785a3e9a6a49884225cc4d5f832ee9b3b23e4213358f2f049fc662bef85b840ee84"
+    "efbe2351347a3a0496197ebb0129632b1f73736c092bfc5359d4f1f8eafe107772697465722d30226576696465"
     "6e63652d7772697465722d300a302e312e300002"
 )
 
@@ -106,7 +116,36 @@ def test_golden_sealed_record():
 
 def test_the_2_1_body_is_the_2_0_body_and_a_null_encryption():
     # Avro appends the added field: a 2.0 body plus 0x00 (null branch), version text aside.
-    assert GOLDEN_FAILED_BODY == GOLDEN_2_0_FAILED_BODY.replace("06322e30", "06322e31", 1) + "00"
+    assert GOLDEN_2_1_FAILED_BODY == GOLDEN_2_0_FAILED_BODY.replace("06322e30", "06322e31", 1) + "00"
+
+
+def test_a_2_1_capture_and_record_decode_with_their_own_schema():
+    # 2.1 producers and the log's 2.1 records: read with their own schema (no ``trace`` or
+    # ``telemetry`` key), a 2.1 capture sealed as a 2.1 record, byte for byte.
+    from evidence_contract import read_body, read_canonical_body, record_fingerprint_for
+
+    raw = bytes.fromhex(GOLDEN_2_1_FAILED_CAPTURE)
+    name, capture = decode(raw)
+    assert name == "CaptureEvent" and capture["encryption"] is None
+    assert "trace" not in capture and "telemetry" not in capture
+    assert read_body(raw) == (capture, len(raw)) and read_canonical_body(raw) == (capture, len(raw))
+    assert record_fingerprint_for(raw[2:10]).hex() == "598d7a24f41b9228"
+    stored, record = split_record(bytes.fromhex(GOLDEN_2_1_SEQ2_RECORD))
+    assert stored.hex() == GOLDEN_2_1_FAILED_BODY and record["body"] == capture
+    s = record["seal"]
+    assert record_digest(s["prev_digest"], s["seq"], s["occurred_at"], stored) == s["record_digest"]
+    assert canonical_body_bytes(capture, raw[2:10]).hex() == GOLDEN_2_1_FAILED_BODY
+    assert encode_sealed(stored, s, bytes.fromhex("598d7a24f41b9228")).hex() == GOLDEN_2_1_SEQ2_RECORD
+
+
+def test_a_body_without_trace_or_telemetry_encodes_them_as_null_but_wrong_ones_do_not():
+    event = failed_event()
+    del event["trace"], event["telemetry"]
+    assert body_bytes(event).hex() == GOLDEN_FAILED_BODY
+    for field, wrong in (("trace", {"trace_id": bytes(16)}), ("telemetry", {"dialect": "gen_ai"}),
+                         ("trace", {"trace_id": "ab" * 16, "span_id": b"x" * 8})):
+        with pytest.raises(EncodeError):
+            body_bytes({**failed_event(), field: wrong})
 
 
 def test_a_2_0_capture_and_record_decode_with_their_own_schema():
@@ -312,7 +351,7 @@ def test_encode_sealed_refuses_digests_of_the_wrong_size(name, bad):
 def test_digest_fields_cover_every_digest_of_every_schema():
     assert DIGEST_FIELDS["CaptureEvent"] == (
         "content_key", "input_digest", "prompt_digest", "retrieval[].chunk_digest",
-        "response_digest", "output_digest")
+        "response_digest", "output_digest", "telemetry?.otlp_digest", "telemetry?.span_digest")
     assert DIGEST_FIELDS["EvidenceRecord"] == tuple(
         f"body.{f}" for f in DIGEST_FIELDS["CaptureEvent"]) + ("seal.prev_digest", "seal.record_digest")
     assert DIGEST_FIELDS["WriterHead"] == ("record_digest",)
@@ -410,17 +449,25 @@ def test_the_compiled_digest_check_agrees_with_the_walk_on_every_digest_path():
                 return found
         return None
 
-    base = committed_event()
+    base = {**committed_event(), "telemetry": mapped_event()["telemetry"]}
     base["retrieval"] = [dict(base["retrieval"][0]) for _ in range(3)]
     for field in DIGEST_FIELDS["CaptureEvent"]:
         for bad in (bytes(31), bytes(33), b"", bytearray(32), memoryview(bytes(32)), "x" * 32, 32):
             event = {**base, "retrieval": [dict(r) for r in base["retrieval"]]}
             if field.startswith("retrieval[]."):
                 event["retrieval"][2][field.split(".", 1)[1]] = bad
+            elif field.startswith("telemetry?."):
+                event["telemetry"] = {**base["telemetry"], field.split(".", 1)[1]: bad}
             else:
                 event[field] = bad
-            assert wrong_size_digest("CaptureEvent", event) == walk(event), (field, bad)
+            found = wrong_size_digest("CaptureEvent", event)
+            assert found == walk(event), (field, bad)
+            if isinstance(bad, (str, int)) or len(bad) != 32:
+                assert found and found.startswith(field.replace("?", "").replace("[]", "[2]")), found
     assert wrong_size_digest("CaptureEvent", base) is None is walk(base)
+    # An optional record that is null, or absent (a body of an earlier version), has no digests.
+    for event in ({**base, "telemetry": None}, {k: v for k, v in base.items() if k != "telemetry"}):
+        assert wrong_size_digest("CaptureEvent", event) is None is walk(event)
 
 
 def test_a_body_error_names_no_object_address(monkeypatch):

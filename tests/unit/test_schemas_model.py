@@ -103,7 +103,7 @@ def test_invalid_stream_ids(s):
 
 
 def test_schema_versions():
-    assert SCHEMA_VERSION == "2.1" and SUPPORTED_SCHEMA_VERSIONS == {"2.0", "2.1"}
+    assert SCHEMA_VERSION == "2.2" and SUPPORTED_SCHEMA_VERSIONS == {"2.0", "2.1", "2.2"}
 
 
 @pytest.mark.parametrize("s", ["0", "-0", "7", "-1", "42", "9223372036854775808", "-" + "9" * 4300,

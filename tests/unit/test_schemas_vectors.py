@@ -9,7 +9,7 @@ from evidence_contract.vectors import PATH, build, main, render, to_jsonable
 
 VECTORS = json.loads(PATH.read_text("utf-8"))
 PREFIXES = {"content_key": 0, "response_digest": 1, "input_digest": 2, "prompt_digest": 3,
-            "chunk_digest": 6}
+            "chunk_digest": 6, "otlp_digest": 7, "span_digest": 8}
 
 
 def test_file_is_what_the_code_computes_now():
@@ -64,6 +64,8 @@ def test_record_vectors_decode_to_their_json():
         "capture_committed_value",
         "capture_failed_hash_only",
         "capture_truncated_big_seed",
+        "capture_committed_traced",
+        "capture_mapped_from_telemetry",
         "evidence_seq1_from_genesis",
         "evidence_seq2_chained",
     ]
@@ -104,3 +106,30 @@ def test_evidence_vectors_chain():
         s = record["seal"]
         data = b"\x05" + s["prev_digest"] + struct.pack(">QQ", s["seq"], s["occurred_at"]) + stored
         assert hashlib.sha256(data).hexdigest() == vector["record_digest_hex"] == s["record_digest"].hex()
+
+
+def test_the_mapped_vector_covers_the_span_and_the_request_it_names():
+    """capture_mapped_from_telemetry: content_key is span_digest over mapped_span_hex, which is
+    a Span message's deterministic serialization (protobuf's own, from opentelemetry-proto),
+    inside the ExportTraceServiceRequest that otlp_digest covers."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    mapped = next(v for v in VECTORS["records"] if v["name"] == "capture_mapped_from_telemetry")
+    body, telemetry = mapped["record"], mapped["record"]["telemetry"]
+    span_bytes = bytes.fromhex(VECTORS["mapped_span_hex"])
+    request_bytes = bytes.fromhex(VECTORS["mapped_otlp_request_hex"])
+    span = Span.FromString(span_bytes)
+    assert span.SerializeToString(deterministic=True) == span_bytes
+    request = ExportTraceServiceRequest.FromString(request_bytes)
+    assert request.SerializeToString(deterministic=True) == request_bytes
+    assert request.resource_spans[0].scope_spans[0].spans[0] == span
+    assert request.resource_spans[0].scope_spans[0].scope.name == telemetry["scope_name"]
+    assert telemetry["span_digest"] == hashlib.sha256(b"\x08" + span_bytes).hexdigest()
+    assert telemetry["otlp_digest"] == hashlib.sha256(b"\x07" + request_bytes).hexdigest()
+    assert body["content_key"] == telemetry["span_digest"] and body["request_length"] == len(span_bytes)
+    assert body["trace"] == {"trace_id": span.trace_id.hex(), "span_id": span.span_id.hex()}
+    attributes = {kv.key: kv.value.string_value for kv in span.attributes}
+    assert telemetry["corroborates"] == attributes["evidence.event_id"]
+    assert telemetry["claims"][0]["value"] == attributes["bijotel.replay.output_hash"]
+    assert attributes["bijotel.replay.output_hash"] == hashlib.sha256(b"Hi!").hexdigest()

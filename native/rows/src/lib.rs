@@ -1,7 +1,7 @@
 //! The projector's row path, compiled: one log message in, its `records` row out.
 //!
-//! For a single-object-encoded EvidenceRecord (record contract 2.1, or 2.0 read with its own
-//! schema) this returns what `projections.rows.record_row` returns (the row as Python values),
+//! For a single-object-encoded EvidenceRecord (record contract 2.2, or 2.1 and 2.0 read with
+//! their own schema) this returns what `projections.rows.record_row` returns (the row as Python values),
 //! the row as a PostgreSQL binary COPY tuple for `RECORD_COLUMNS`/`RECORD_TYPES`, byte for byte
 //! what psycopg's `write_row` writes for that row, and the record's Merkle leaf hash
 //! (`merkle.record_leaf_hash`).
@@ -10,7 +10,8 @@
 //! `schemas._fastread` defines it, a digest that is not 32 bytes, trailing bytes, another
 //! schema, a value the pure path would reject or convert in a way not reproduced here) is
 //! `None`, and the caller decodes that message with the pure path, which gives its exact
-//! error. So every check below errs towards `None`.
+//! error. So every check below errs towards `None`. A record mapped from telemetry (2.2,
+//! `telemetry` set: rare) is `None` too: the pure path makes its row.
 
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
@@ -19,14 +20,15 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDateTime, PyList, PyString, PyTuple, PyTzInfo, PyType};
 use sha2::{Digest, Sha256};
 
-/// EvidenceRecord 2.1 (current) and 2.0 (avro/history/): the 8-byte header fingerprints.
+/// EvidenceRecord 2.2 (current), 2.1 and 2.0 (avro/history/): the 8-byte header fingerprints.
+const FP_2_2: [u8; 8] = [0xd3, 0x21, 0xf2, 0xab, 0x8d, 0x47, 0xb5, 0xd4];
 const FP_2_1: [u8; 8] = [0x59, 0x8d, 0x7a, 0x24, 0xf4, 0x1b, 0x92, 0x28];
 const FP_2_0: [u8; 8] = [0x85, 0x4b, 0x3d, 0x02, 0xa9, 0x04, 0xfe, 0x84];
 const MARKER: [u8; 2] = [0xc3, 0x01];
 const HEADER_SIZE: usize = 10;
 const DIGEST_SIZE: usize = 32;
 const LEAF_LABEL: &[u8] = b"evidence-store/v2 record\n";
-const COLUMNS: i16 = 44;
+const COLUMNS: i16 = 48;
 
 const OUTCOMES: [&str; 3] = ["COMMITTED", "FAILED", "UNKNOWN"];
 const POLICIES: [&str; 2] = ["VALUE", "HASH_ONLY"];
@@ -173,6 +175,7 @@ struct Decoded<'a> {
     closed_early: bool,
     truncated: bool,
     key_id: Option<&'a str>,
+    trace: Option<(&'a [u8], &'a [u8])>,
     seq: i64,
     occurred_at: i64,
     prev_digest: &'a [u8],
@@ -186,9 +189,11 @@ fn read_record(data: &[u8]) -> Option<Decoded<'_>> {
     if data.len() < HEADER_SIZE || data[..2] != MARKER {
         return None;
     }
-    let with_encryption = match &data[2..HEADER_SIZE] {
-        fp if fp == FP_2_1 => true,
-        fp if fp == FP_2_0 => false,
+    // Which optional fields the version appends: encryption (2.1 on), trace and telemetry (2.2).
+    let (with_encryption, with_trace) = match &data[2..HEADER_SIZE] {
+        fp if fp == FP_2_2 => (true, true),
+        fp if fp == FP_2_1 => (true, false),
+        fp if fp == FP_2_0 => (false, false),
         _ => return None,
     };
     let a = &mut Avro { d: data, p: HEADER_SIZE };
@@ -253,6 +258,10 @@ fn read_record(data: &[u8]) -> Option<Decoded<'_>> {
     } else {
         None
     };
+    let trace = if with_trace { a.opt(|a| Some((a.bytes()?, a.bytes()?)))? } else { None };
+    if with_trace && a.present()? {
+        return None; // mapped from telemetry: the pure path makes its row
+    }
     let seq = a.long()?;
     let occurred_at = a.long()?;
     let prev_digest = a.digest()?;
@@ -271,7 +280,7 @@ fn read_record(data: &[u8]) -> Option<Decoded<'_>> {
         provider_endpoint, provider_api_version, model_id, params, fingerprint, response_model,
         http_status, response_content_type, response_bytes, response_length, response_digest,
         output_digest, error_bytes, outcome, seed, temperature, top_p, deterministic,
-        request_policy, streamed, closed_early, truncated, key_id, seq, occurred_at,
+        request_policy, streamed, closed_early, truncated, key_id, trace, seq, occurred_at,
         prev_digest, record_digest, writer_id,
     })
 }
@@ -591,6 +600,10 @@ fn decode_one<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, partition: &Bound
     t.opt_field(r.input_bytes);
     t.opt_field(r.prompt_bytes);
     t.opt_field(key_id.as_deref());
+    t.opt_field(r.trace.map(|(trace_id, _)| trace_id));
+    t.opt_field(r.trace.map(|(_, span_id)| span_id));
+    t.boolean(false); // mapped: a mapped record is the pure path's
+    t.null(); // corroborates
     t.field(data);
 
     let seed_py = match &seed {
@@ -600,7 +613,7 @@ fn decode_one<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, partition: &Bound
             Err(_) => py.get_type::<pyo3::types::PyInt>().call1((*s,))?,
         },
     };
-    let row: [Bound<'py, PyAny>; 44] = [
+    let row: [Bound<'py, PyAny>; 48] = [
         partition.clone(),
         offset.clone(),
         PyString::new(py, r.stream).into_any(),
@@ -644,6 +657,10 @@ fn decode_one<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, partition: &Bound
         opt_bytes(py, r.input_bytes),
         opt_bytes(py, r.prompt_bytes),
         opt_bytes(py, key_id.as_deref()),
+        opt_bytes(py, r.trace.map(|(trace_id, _)| trace_id)),
+        opt_bytes(py, r.trace.map(|(_, span_id)| span_id)),
+        boolean(py, false),
+        py.None().into_bound(py),
         value.clone(),
     ];
     let leaf = leaf_of(r.record_digest, data);
@@ -702,7 +719,8 @@ fn evidence_rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     let py = m.py();
-    m.add("FINGERPRINTS", (PyBytes::new(py, &FP_2_1), PyBytes::new(py, &FP_2_0)))?;
+    m.add("FINGERPRINTS",
+          (PyBytes::new(py, &FP_2_2), PyBytes::new(py, &FP_2_1), PyBytes::new(py, &FP_2_0)))?;
     m.add("COLUMNS", COLUMNS)?;
     Ok(())
 }

@@ -8,7 +8,9 @@
 //! stream's partition), and `None` for anything else: then the writer asks the pure path,
 //! which words every rejection and repairs non-canonical bytes. So this module only has to be
 //! right when it says yes; saying no is always safe. Encrypted captures are left to the pure
-//! path too (their shape rules are `evidence_contract.envelope`'s).
+//! path too (their shape rules are `evidence_contract.envelope`'s), and so are captures
+//! mapped from telemetry (record contract 2.2, `telemetry` set: rare, and their rules are
+//! `writer.capture._check_telemetry`'s); a trace context (2.2) is checked here.
 //!
 //! `Kernel.seal` appends the Seal to an accepted message's body exactly as
 //! `encode_sealed` does and returns the record, its `record_digest` and its Merkle leaf hash.
@@ -23,6 +25,8 @@ const HEADER: usize = 10;
 /// CaptureEvent fingerprints this reader was written for, each with the EvidenceRecord
 /// fingerprint its captures are sealed under (`schemas._avro.RECORD_FOR_CAPTURE`).
 /// writer/native.py refuses the module unless the contract agrees.
+const CAPTURE_2_2: [u8; 8] = [0x83, 0x61, 0xf2, 0x2a, 0x8a, 0x03, 0x93, 0x36];
+const RECORD_2_2: [u8; 8] = [0xd3, 0x21, 0xf2, 0xab, 0x8d, 0x47, 0xb5, 0xd4];
 const CAPTURE_2_1: [u8; 8] = [0xdc, 0xad, 0x4f, 0x6e, 0x8b, 0xfb, 0xc7, 0xde];
 const RECORD_2_1: [u8; 8] = [0x59, 0x8d, 0x7a, 0x24, 0xf4, 0x1b, 0x92, 0x28];
 const CAPTURE_2_0: [u8; 8] = [0x97, 0xda, 0xea, 0x93, 0xce, 0x13, 0xa2, 0x90];
@@ -31,6 +35,8 @@ const LEAF_LABEL: &[u8] = b"evidence-store/v2 record\n";
 const TRUNCATED_ERROR_BYTES: usize = 64 * 1024;
 const MAX_SEED_DIGITS: usize = 4300;
 const DIGEST_SIZE: usize = 32;
+const TRACE_ID_SIZE: usize = 16;
+const SPAN_ID_SIZE: usize = 8;
 
 /// Not provably sealable as it came: the caller takes the pure path.
 struct No;
@@ -244,10 +250,13 @@ fn accept<'a>(value: &'a [u8], key: Option<&[u8]>, limit: usize) -> R<Accepted<'
         return Err(No);
     }
     let fp = &value[2..HEADER];
-    let (record_fp, has_encryption) = if fp == CAPTURE_2_1 {
-        (&RECORD_2_1, true)
+    // Which optional fields the version appends: encryption (2.1 on), trace and telemetry (2.2).
+    let (record_fp, has_encryption, has_trace) = if fp == CAPTURE_2_2 {
+        (&RECORD_2_2, true, true)
+    } else if fp == CAPTURE_2_1 {
+        (&RECORD_2_1, true, false)
     } else if fp == CAPTURE_2_0 {
-        (&RECORD_2_0, false)
+        (&RECORD_2_0, false, false)
     } else {
         return Err(No);
     };
@@ -319,12 +328,17 @@ fn accept<'a>(value: &'a [u8], key: Option<&[u8]>, limit: usize) -> R<Accepted<'
     if has_encryption && r.present()? {
         return Err(No); // sealed content: the pure path checks its shape
     }
+    // trace: a W3C trace context, in a 2.2 capture only (BAD_TRACE otherwise).
+    let trace = if has_trace && r.present()? { Some((r.bytes()?, r.bytes()?)) } else { None };
+    if has_trace && r.present()? {
+        return Err(No); // mapped from telemetry: the pure path checks its rules
+    }
     if r.p != value.len() {
         return Err(No);
     }
 
     // The rules of writer.core._check_semantics, every one of which must hold.
-    let ok = matches!(version, "2.0" | "2.1")
+    let ok = matches!(version, "2.0" | "2.1" | "2.2")
         && valid_stream_id(stream)
         && key == Some(stream.as_bytes())
         && valid_event_id(event_id)
@@ -332,6 +346,13 @@ fn accept<'a>(value: &'a [u8], key: Option<&[u8]>, limit: usize) -> R<Accepted<'
         && [input_digest, prompt_digest, response_digest, output_digest].into_iter().all(is_digest)
         && seed.map_or(true, valid_seed)
         && deterministic == seed.is_some()
+        && trace.map_or(true, |(trace_id, span_id)| {
+            version == "2.2"
+                && trace_id.len() == TRACE_ID_SIZE
+                && span_id.len() == SPAN_ID_SIZE
+                && trace_id.iter().any(|&b| b != 0)
+                && span_id.iter().any(|&b| b != 0)
+        })
         && (!truncated
             || ([request, response, input, prompt].iter().all(Option::is_none)
                 && !chunk_kept
@@ -379,6 +400,7 @@ struct Kernel {
     /// The Avro binary of the Seal's `writer` record.
     writer: Vec<u8>,
     /// The EvidenceRecord fingerprints `check` answers, made once.
+    record_2_2: Py<PyBytes>,
     record_2_1: Py<PyBytes>,
     record_2_0: Py<PyBytes>,
 }
@@ -393,6 +415,7 @@ impl Kernel {
         }
         Kernel {
             writer,
+            record_2_2: PyBytes::new(py, &RECORD_2_2).unbind(),
             record_2_1: PyBytes::new(py, &RECORD_2_1).unbind(),
             record_2_0: PyBytes::new(py, &RECORD_2_0).unbind(),
         }
@@ -429,8 +452,14 @@ impl Kernel {
         let items: [Bound<'py, PyAny>; 3] = [
             PyString::new(py, got.stream).into_any(),
             PyString::new(py, got.event_id).into_any(),
-            if got.record_fp == &RECORD_2_1 { &self.record_2_1 } else { &self.record_2_0 }
-                .bind(py)
+            if got.record_fp == &RECORD_2_2 {
+                &self.record_2_2
+            } else if got.record_fp == &RECORD_2_1 {
+                &self.record_2_1
+            } else {
+                &self.record_2_0
+            }
+            .bind(py)
                 .clone()
                 .into_any(),
         ];
@@ -557,7 +586,8 @@ fn evidence_seal_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Kernel>()?;
     m.add_function(wrap_pyfunction!(partition_for, m)?)?;
     m.add_function(wrap_pyfunction!(append_leaf, m)?)?;
-    let pairs: [(&[u8], &[u8]); 2] = [(&CAPTURE_2_1, &RECORD_2_1), (&CAPTURE_2_0, &RECORD_2_0)];
+    let pairs: [(&[u8], &[u8]); 3] =
+        [(&CAPTURE_2_2, &RECORD_2_2), (&CAPTURE_2_1, &RECORD_2_1), (&CAPTURE_2_0, &RECORD_2_0)];
     let py = m.py();
     let fps = pyo3::types::PyDict::new(py);
     for (c, r) in pairs {
