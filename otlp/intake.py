@@ -166,6 +166,8 @@ class Intake:
                                         err.code() if err is not None else None) from e
             futures.append(future)
         if self.brokers_down:  # answered now; what is queued may still reach Kafka (see above)
+            for future in futures:  # settled later, with nobody waiting: not an error to log
+                future.add_done_callback(_unawaited)
             raise IntakeUnavailable("Kafka is not reachable", KafkaError._ALL_BROKERS_DOWN)
         try:
             # message.timeout.ms bounds each report; the margin covers the reports' thread
@@ -189,6 +191,11 @@ class Intake:
         if self._thread is not None:
             self._thread.join(timeout)
         self._producer = None
+
+
+def _unawaited(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved, so asyncio does not report it as never retrieved
 
 
 def _settle(future: asyncio.Future[None], err: KafkaError | None) -> None:
