@@ -14,6 +14,7 @@ take what they need from ``app.state`` through :mod:`api.deps` (OpenAPI at ``/do
     GET  /streams/{stream}/audit              re-verify one stream from its projection (a
                                               few at a time per key: 429 past that)
     GET  /events/{event_id}                   one record by capture id; ?include=bytes
+    GET  /traces/{trace_id}/records           the records a trace's spans sealed (contract 2.2)
     POST /fidelity/analyze                    replay fidelity of a run manifest
     GET  /streams/{stream}/checkpoint         the signed checkpoint (text/plain, cosigned)
     GET  /streams/{stream}/proof/inclusion    RFC 9162 inclusion proof of a record
