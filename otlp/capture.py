@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from evidence_contract.digests import input_digest, output_digest
+from evidence_contract.digests import input_digest, otlp_digest, output_digest, span_digest
 from evidence_contract.model import valid_event_id, valid_seed, valid_stream_id
 from otlp.attributes import Attributes
 from otlp.bijotel import claims
@@ -42,7 +42,8 @@ __all__ = ["DEFAULT_STREAM", "LIBRARY", "SCHEMA_VERSION", "Mapped", "Streams", "
            "captures_in_logs", "captures_in_traces", "event_id"]
 
 SCHEMA_VERSION = "2.2"
-"""The record contract a mapped capture follows (the first with ``trace`` and ``telemetry``)."""
+"""The record contract a mapped capture follows (the first with ``trace`` and ``telemetry``);
+pinned here, not taken from the contract's current version, which may move on."""
 
 LIBRARY = "evidence-store-otlp"
 """``capture.library`` starts with this, then ``/<version>`` and what it was mapped from."""
@@ -51,16 +52,6 @@ DEFAULT_STREAM = "otel"
 
 _TRACE_ID_SIZE, _SPAN_ID_SIZE = 16, 8
 _EVENT_ID_DOMAIN = b"evidence-store otlp event_id\x00"
-
-
-def _otlp_digest(body: bytes) -> bytes:
-    # Record contract 2.2's otlp_digest (evidence_contract.digests, prefix 0x07).
-    return hashlib.sha256(b"\x07" + body).digest()
-
-
-def _span_digest(item: bytes) -> bytes:
-    # Record contract 2.2's span_digest (evidence_contract.digests, prefix 0x08).
-    return hashlib.sha256(b"\x08" + item).digest()
 
 
 @dataclass(frozen=True)
@@ -92,14 +83,14 @@ class Streams:
         return stream
 
 
-def event_id(call: MappedCall, span_digest: bytes) -> str:
+def event_id(call: MappedCall, digest: bytes) -> str:
     """A UUIDv7 for the item: its time field the span's start millisecond, its 74 other bits
-    from sha256 of (trace id, span id, span digest).
+    from sha256 of (trace id, span id, ``digest``, the item's span digest).
 
     The same span sent again (a resend, whatever request carries it) gets the same id; the same
     trace and span id with other bytes get another, so a conflicting resend is a second record.
     """
-    h = hashlib.sha256(_EVENT_ID_DOMAIN + call.trace_id + call.span_id + span_digest).digest()
+    h = hashlib.sha256(_EVENT_ID_DOMAIN + call.trace_id + call.span_id + digest).digest()
     ms = (call.start_time_ns // 1_000_000) & 0xFFFF_FFFF_FFFF
     bits = int.from_bytes(h[:10], "big")
     rand_a, rand_b = bits >> 68 & 0xFFF, bits & ((1 << 62) - 1)
@@ -148,7 +139,7 @@ def build_capture(call: MappedCall, body: bytes, stream: str, version: str) -> d
     receiver's. Raises :class:`UnmappableError` for an item the contract cannot hold.
     """
     _check(call)
-    item = _span_digest(call.span_bytes)
+    item = span_digest(call.span_bytes)
     inputs = call.input_messages
     kept = inputs.raw if inputs is not None and not inputs.rebuilt else None
     seed = call.params.seed if call.params.seed is not None and valid_seed(call.params.seed) \
@@ -212,7 +203,7 @@ def build_capture(call: MappedCall, body: bytes, stream: str, version: str) -> d
             "scope_name": call.scope_name,
             "scope_version": call.scope_version or None,
             "source": "SPAN" if call.source == "span" else "LOG_EVENT",
-            "otlp_digest": _otlp_digest(body),
+            "otlp_digest": otlp_digest(body),
             "span_digest": item,
             "content_from": list(dict.fromkeys(a for c in content for a in c.attributes)),
             "rebuilt": any(c.rebuilt for c in content),

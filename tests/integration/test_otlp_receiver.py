@@ -24,8 +24,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from devstack.ports import free_port
+from evidence_contract.digests import output_digest
 from tests.fixtures.log import wait_until
-from tests.fixtures.writer import read_all
+from tests.fixtures.writer import read_all, verify_log
 from tests.unit import otlp_harness as h
 
 pytestmark = pytest.mark.integration
@@ -167,3 +168,87 @@ def test_genai_items_the_contract_cannot_hold_are_a_partial_success(receiver):
 def test_healthz(receiver, topics):
     r = httpx.get(receiver + "/healthz")
     assert r.status_code == 200 and r.json()["topic"] == topics.names.intake
+
+
+# --- captures sealed (record contract 2.2) --------------------------------------------------
+
+
+def sealed(kafka_bootstrap, topics, writer, n):
+    """The log's records once the writer took all of the intake, which must be ``n``."""
+    writer.wait_consumed(topics.names.intake)
+    records = [r for recs in verify_log(read_all(kafka_bootstrap, topics.names.log)).values()
+               for r in recs]
+    assert len(records) == n, [r["body"]["event_id"] for r in records]
+    return [r["body"] for r in records]
+
+
+def test_the_otlp_exporter_protobuf_gzip_its_span_sealed(make_receiver, topics, run_writer,
+                                                         kafka_bootstrap, monkeypatch):
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    writer = run_writer(topics)
+    url = make_receiver(topics).url
+    providers = h.genai_openai_call(monkeypatch, "SPAN_ONLY")
+    (span,) = providers.spans.get_finished_spans()
+    exporter = OTLPSpanExporter(endpoint=url + "/v1/traces", compression=Compression.Gzip)
+    assert exporter.export([span]) == SpanExportResult.SUCCESS
+    assert exporter.export([span]) == SpanExportResult.SUCCESS  # a resend: absorbed
+    exporter.shutdown()
+    (body,) = sealed(kafka_bootstrap, topics, writer, 1)
+    assert body["schema_version"] == "2.2" and body["stream"] == "otel"
+    assert body["trace"] == {"trace_id": span.context.trace_id.to_bytes(16, "big"),
+                             "span_id": span.context.span_id.to_bytes(8, "big")}
+    t = body["telemetry"]
+    assert (t["dialect"], t["scope_name"], t["source"]) == (
+        "gen_ai", "opentelemetry.instrumentation.genai.openai", "SPAN")
+    assert body["content_key"] == t["span_digest"] and len(t["otlp_digest"]) == 32
+    assert t["content_from"] == ["gen_ai.input.messages", "gen_ai.output.messages"]
+    assert body["output_digest"] == output_digest(h.ANSWER)
+    assert body["capture"]["request_policy"] == "HASH_ONLY"
+    assert body["capture"]["library"].endswith(
+        "(mapped from telemetry: gen_ai opentelemetry.instrumentation.genai.openai 1.3b0)")
+    assert body["replay"]["seed"] == "42" and body["model_id"] == "gpt-4o-mini"
+
+
+def test_resends_in_either_encoding_are_one_record_a_conflict_two(make_receiver, topics,
+                                                                  run_writer, kafka_bootstrap):
+    writer = run_writer(topics)
+    url = make_receiver(topics).url
+    body = h.export(h.span(h.GENAI))
+    for content, headers in ((body, PROTOBUF), (otlp_json(body), JSON),
+                             (gzip.compress(body), {**PROTOBUF, "content-encoding": "gzip"})):
+        r = httpx.post(url + "/v1/traces", content=content, headers=headers)
+        assert r.status_code == 200, r.content
+        assert r.headers["content-type"] == headers["content-type"]
+    (first,) = sealed(kafka_bootstrap, topics, writer, 1)
+    conflicting = h.export(h.span({**h.GENAI, "gen_ai.response.model": "gpt-4o"}))
+    assert httpx.post(url + "/v1/traces", content=conflicting, headers=PROTOBUF).status_code == 200
+    records = sealed(kafka_bootstrap, topics, writer, 2)
+    assert records[0] == first and records[1]["trace"] == first["trace"]
+    assert records[1]["event_id"] != first["event_id"]
+    assert records[1]["telemetry"]["span_digest"] != first["telemetry"]["span_digest"]
+
+
+def test_an_inference_event_over_v1_logs_is_sealed(make_receiver, topics, run_writer,
+                                                   kafka_bootstrap, monkeypatch):
+    writer = run_writer(topics)
+    url = make_receiver(topics).url
+    providers = h.genai_openai_call(monkeypatch, "EVENT_ONLY")
+    r = httpx.post(url + "/v1/logs", content=providers.telemetry().logs, headers=PROTOBUF)
+    assert r.status_code == 200
+    assert not ExportLogsServiceResponse.FromString(r.content).HasField("partial_success")
+    (body,) = sealed(kafka_bootstrap, topics, writer, 1)
+    assert body["telemetry"]["source"] == "LOG_EVENT"
+    assert body["output_digest"] == output_digest(h.ANSWER)
+
+
+def test_kafka_away_is_503_with_retry_after(make_receiver, topics):
+    receiver = make_receiver(topics, bootstrap=f"127.0.0.1:{free_port()}")  # nothing listens
+    r = httpx.post(receiver.url + "/v1/traces", content=h.export(h.span(h.GENAI)),
+                   headers=PROTOBUF, timeout=30)
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+    assert status_of(r).code == 14
+    assert httpx.get(receiver.url + "/healthz").json()["kafka"] == "down"
+    assert receiver.proc.poll() is None  # it waits for Kafka, it does not exit

@@ -96,6 +96,24 @@ def openai_chat(client) -> None:
                                    temperature=0.0, top_p=1.0, max_tokens=50)
 
 
+
+def genai_openai_call(monkeypatch, mode: str) -> Providers:
+    """One chat call through the official instrumentation (opentelemetry-instrumentation-
+    genai-openai) under content mode ``mode`` (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT);
+    its telemetry is in the providers returned."""
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", mode)
+    providers = Providers()
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=providers.tracer_provider,
+                            logger_provider=providers.logger_provider)
+    try:
+        openai_chat(openai_client())
+    finally:
+        instrumentor.uninstrument()
+    return providers
+
 def anthropic_client():
     import anthropic
     import httpx2  # the anthropic SDK takes an httpx2 client

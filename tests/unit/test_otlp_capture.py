@@ -8,13 +8,15 @@ import json
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-from evidence_contract.digests import input_digest, output_digest
+from evidence_contract import encode
+from evidence_contract.digests import input_digest, otlp_digest, output_digest, span_digest
 from evidence_contract.model import EVENT_ID_RE
-from otlp import PROTOBUF, decode_traces
+from otlp import PROTOBUF, decode_logs, decode_traces
 from otlp.bijotel import output_hash, prompt_hash
 from otlp.capture import Streams, build_capture, captures_in_logs, captures_in_traces, event_id
 from otlp.errors import UnmappableError
 from tests.unit import otlp_harness as h
+from writer.capture import Capture, validate
 
 
 def _captures(body, streams=Streams()):
@@ -32,11 +34,12 @@ def test_a_genai_span_is_a_capture_mapped_from_telemetry():
     body = h.export(span)
     c = _one(body)
     span_bytes = span.SerializeToString(deterministic=True)
-    digest = hashlib.sha256(b"\x08" + span_bytes).digest()
+    digest = span_digest(span_bytes)
+    assert digest == hashlib.sha256(b"\x08" + span_bytes).digest()
     assert c["schema_version"] == "2.2" and c["stream"] == "otel"
     assert c["content_key"] == digest == c["telemetry"]["span_digest"]
     assert c["request_length"] == len(span_bytes)
-    assert c["telemetry"]["otlp_digest"] == hashlib.sha256(b"\x07" + body).digest()
+    assert c["telemetry"]["otlp_digest"] == otlp_digest(body)
     assert c["request_bytes"] is c["response_bytes"] is c["response_digest"] is None
     assert c["response_length"] is c["prompt_bytes"] is c["encryption"] is None
     assert c["input_bytes"] == h.INPUT.encode()
@@ -64,17 +67,7 @@ def test_a_genai_span_is_a_capture_mapped_from_telemetry():
 
 
 def test_the_real_official_instrumentation_maps(monkeypatch):
-    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
-
-    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
-    providers = h.Providers()
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=providers.tracer_provider,
-                            logger_provider=providers.logger_provider)
-    try:
-        h.openai_chat(h.openai_client())
-    finally:
-        instrumentor.uninstrument()
+    providers = h.genai_openai_call(monkeypatch, "SPAN_ONLY")
     c = _one(providers.telemetry().traces)
     assert c["telemetry"]["dialect"] == "gen_ai" and c["output_digest"] == output_digest(h.ANSWER)
     assert json.loads(c["input_bytes"])[-1]["parts"][0]["content"] == h.USER
@@ -204,20 +197,8 @@ def test_bijotel_claims_are_kept_with_verdicts():
 
 
 def test_an_inference_event_is_a_log_event_capture(monkeypatch):
-    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
-
-    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "EVENT_ONLY")
-    providers = h.Providers()
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=providers.tracer_provider,
-                            logger_provider=providers.logger_provider)
-    try:
-        h.openai_chat(h.openai_client())
-    finally:
-        instrumentor.uninstrument()
+    providers = h.genai_openai_call(monkeypatch, "EVENT_ONLY")
     telemetry = providers.telemetry()
-    from otlp import decode_logs
-
     request = decode_logs(telemetry.logs, PROTOBUF)
     assert isinstance(request, ExportLogsServiceRequest)
     mapped = captures_in_logs(request, telemetry.logs, Streams(), "9.9.9")
@@ -226,9 +207,31 @@ def test_an_inference_event_is_a_log_event_capture(monkeypatch):
     assert c["telemetry"]["source"] == "LOG_EVENT"
     assert c["trace"]["trace_id"] == span.context.trace_id.to_bytes(16, "big")
     assert c["output_digest"] == output_digest(h.ANSWER) and c["input_bytes"] is not None
+    _sealable(c)
 
 
 def test_build_capture_refuses_what_it_cannot_hold():
     span = h.span(h.GENAI, trace_id=b"")
     with pytest.raises(UnmappableError, match="trace id"):
         build_capture(_call(span), b"", "otel", "1")
+
+
+def _sealable(c):
+    r = validate(encode("CaptureEvent", c), c["stream"].encode(), 1 << 24)
+    assert isinstance(r, Capture), r
+
+
+@pytest.mark.parametrize("attrs, scope", [
+    (h.GENAI, "opentelemetry.instrumentation.genai.openai"),
+    ({**h.GENAI, "error.type": "RateLimitError"}, "opentelemetry.instrumentation.genai.openai"),
+    ({**h.GENAI, "evidence.event_id": "01936f6e-8b2a-7c3d-9e4f-0a1b2c3d4e5f",
+      "gen_ai.request.seed": str(2**70)}, "opentelemetry.instrumentation.genai.openai"),
+    ({"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
+      "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "hi"},
+     "opentelemetry.instrumentation.openai"),
+    ({**h.GENAI, "bijotel.replay.output_hash": output_hash(h.ANSWER),
+      "bijotel.replay.deterministic": True}, "bijotel.decorators"),
+])
+def test_every_capture_is_one_the_writer_seals(attrs, scope):
+    _sealable(_one(h.export(h.span(attrs), scope=scope)))
+

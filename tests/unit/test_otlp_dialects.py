@@ -44,18 +44,7 @@ def _common_openai(call):
 
 
 def _run_genai_openai(monkeypatch, mode):
-    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
-
-    monkeypatch.setenv(CAPTURE, mode)
-    providers = h.Providers()
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=providers.tracer_provider,
-                            logger_provider=providers.logger_provider)
-    try:
-        h.openai_chat(h.openai_client())
-    finally:
-        instrumentor.uninstrument()
-    return providers.telemetry()
+    return h.genai_openai_call(monkeypatch, mode).telemetry()
 
 
 @pytest.mark.parametrize("mode", ["NO_CONTENT", "SPAN_ONLY", "EVENT_ONLY", "SPAN_AND_EVENT"])
