@@ -252,3 +252,12 @@ def test_kafka_away_is_503_with_retry_after(make_receiver, topics):
     assert status_of(r).code == 14
     assert httpx.get(receiver.url + "/healthz").json()["kafka"] == "down"
     assert receiver.proc.poll() is None  # it waits for Kafka, it does not exit
+
+
+def test_the_producers_queue_full_is_429_with_retry_after(make_receiver, topics):
+    receiver = make_receiver(topics, bootstrap=f"127.0.0.1:{free_port()}",
+                             EVIDENCE_OTLP_QUEUE_MAX_MESSAGES="1")
+    two = h.export(h.span(h.GENAI), h.span(h.GENAI, span_id=b"\x07" * 8))
+    r = httpx.post(receiver.url + "/v1/traces", content=otlp_json(two), headers=JSON, timeout=30)
+    assert r.status_code == 429 and r.headers["retry-after"] == "5"
+    assert r.headers["content-type"] == "application/json" and status_of(r).code == 8
