@@ -148,6 +148,15 @@ def outcome(ex: Exchange, kind: str | None) -> tuple[str, bytes | None, bytes | 
     return "COMMITTED", body, None, False
 
 
+def trace_context(ex: Exchange) -> dict[str, bytes] | None:
+    """The capture's ``trace`` (contract 2.2): the span the call ran in (the application's
+    GenAI span it joined, or the one the client started), so a trace finds its record and
+    the record its trace; None when no span recorded the call."""
+    if ex.trace_id is None or ex.span_id is None:
+        return None
+    return {"trace_id": ex.trace_id, "span_id": ex.span_id}
+
+
 def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
                 digests: Any = None) -> dict[str, Any]:
     """Return the CaptureEvent dict for ``ex``; ``ex`` must be finished (``finished_at`` set).
@@ -205,9 +214,6 @@ def build_event(ex: Exchange, event_id: str, library: str, host: str | None,
             "duration_us": ex.duration_us,
         },
         "encryption": None,  # the recorder's encrypt policy seals the capture afterwards
-        # contract 2.2: the span the call ran in (the application's GenAI span it joined, or
-        # the one the client started), so a trace finds its record and the record its trace
-        "trace": (None if ex.trace_id is None or ex.span_id is None
-                  else {"trace_id": ex.trace_id, "span_id": ex.span_id}),
+        "trace": trace_context(ex),
         "telemetry": None,  # contract 2.2: only a capture mapped from telemetry has one
     }

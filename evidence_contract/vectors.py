@@ -9,7 +9,6 @@ strings; which fields are bytes follows from the schemas.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from typing import Any
@@ -17,6 +16,10 @@ from typing import Any
 from . import codec, digests
 from .files import schema_file
 from .model import SCHEMA_VERSION, seal
+from .otlp_vectors import (
+    INPUT_MESSAGES, OUTPUT_HASH, OUTPUT_TEXT, SCOPE, SPAN_ID, TRACE_ID, mapped_otlp_request,
+    mapped_span_bytes,
+)
 
 PATH = schema_file("vectors.json")
 
@@ -203,62 +206,6 @@ def truncated_event() -> dict[str, Any]:
     }
 
 
-# A W3C trace context (the example ids of https://www.w3.org/TR/trace-context/).
-TRACE_ID = bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")
-SPAN_ID = bytes.fromhex("00f067aa0ba902b7")
-
-
-def _pb_len(field: int, data: bytes) -> bytes:
-    """One length-delimited protobuf field (wire type 2); lengths here are under 2^14."""
-    n, out = len(data), bytearray([field << 3 | 2])
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out) + data
-
-
-def _pb_fixed64(field: int, value: int) -> bytes:
-    return bytes([field << 3 | 1]) + value.to_bytes(8, "little")
-
-
-def _kv(key: str, text: str) -> bytes:
-    """An OTLP KeyValue with a string AnyValue."""
-    return _pb_len(1, key.encode()) + _pb_len(2, _pb_len(1, text.encode()))
-
-
-_SCOPE = ("bijotel", "2.17.0")
-_OUTPUT_4 = "Hi!"
-_OUTPUT_HASH_4 = hashlib.sha256(_OUTPUT_4.encode()).hexdigest()  # BIJOTEL's: no prefix
-_INPUT_MESSAGES_4 = b'[{"role":"user","parts":[{"type":"text","content":"Say hi"}]}]'
-
-
-def mapped_span_bytes() -> bytes:
-    """The Span of the mapped-capture vector, as its deterministic protobuf serialization:
-    trace_id (1), span_id (2), name (5), kind CLIENT (6), start and end times (7, 8, fixed64
-    nanoseconds) and attributes (9) in field order, the way protobuf writes a message."""
-    attributes = (("gen_ai.operation.name", "chat"), ("gen_ai.provider.name", "openai"),
-                  ("gen_ai.request.model", "gpt-4o-mini"),
-                  ("gen_ai.input.messages", _INPUT_MESSAGES_4.decode()),
-                  ("gen_ai.output.messages",
-                   '[{"role":"assistant","parts":[{"type":"text","content":"Hi!"}],'
-                   '"finish_reason":"stop"}]'),
-                  ("evidence.event_id", "017f22e2-79b0-7cc3-98c4-dc0c0c07398f"),
-                  ("bijotel.replay.output_hash", _OUTPUT_HASH_4),
-                  ("bijotel.replay.model_version", "gpt-4o-mini-2024-07-18"))
-    return (_pb_len(1, TRACE_ID) + _pb_len(2, SPAN_ID) + _pb_len(5, b"chat gpt-4o-mini")
-            + bytes([6 << 3, 3]) + _pb_fixed64(7, (_T0 + 4_000_000) * 1000)
-            + _pb_fixed64(8, (_T0 + 4_600_000) * 1000)
-            + b"".join(_pb_len(9, _kv(k, v)) for k, v in attributes))
-
-
-def mapped_otlp_request() -> bytes:
-    """The ExportTraceServiceRequest the mapped span came in: one ResourceSpans (1) with one
-    ScopeSpans (2) of scope (1: name, version) and the span (2)."""
-    scope = _pb_len(1, _SCOPE[0].encode()) + _pb_len(2, _SCOPE[1].encode())
-    return _pb_len(1, _pb_len(2, _pb_len(1, scope) + _pb_len(2, mapped_span_bytes())))
-
-
 def traced_event() -> dict[str, Any]:
     """committed_event() made in a recorded span: the trace context sealed with it (2.2)."""
     return {**committed_event(), "event_id": "017f22e2-79b3-7000-8000-000000000004",
@@ -266,13 +213,13 @@ def traced_event() -> dict[str, Any]:
 
 
 def mapped_event() -> dict[str, Any]:
-    """A COMMITTED capture mapped from telemetry (2.2): the GenAI span of mapped_span_bytes(),
+    """A COMMITTED capture mapped from telemetry (2.2): the GenAI span of mapped_span_bytes(_T0),
     with content on the span, as BIJOTEL's processor exports it (its replay claims kept as
     claims: the output hash recomputed from the output text, the model version not). No request or
     response bytes; content_key equals span_digest; the input messages kept as the span carried
     them; the span named committed_event()'s capture in evidence.event_id, which it
     corroborates."""
-    span = mapped_span_bytes()
+    span = mapped_span_bytes(_T0)
     return {
         **committed_event(),
         "event_id": "017f22e2-79b4-7000-8000-000000000005",
@@ -280,8 +227,8 @@ def mapped_event() -> dict[str, Any]:
         "content_key": digests.span_digest(span),
         "request_bytes": None,
         "request_length": len(span),
-        "input_digest": digests.input_digest(_INPUT_MESSAGES_4),
-        "input_bytes": _INPUT_MESSAGES_4,
+        "input_digest": digests.input_digest(INPUT_MESSAGES),
+        "input_bytes": INPUT_MESSAGES,
         "prompt_digest": None,
         "prompt_bytes": None,
         "retrieval": [],
@@ -294,7 +241,7 @@ def mapped_event() -> dict[str, Any]:
         "response_bytes": None,
         "response_length": None,
         "response_digest": None,
-        "output_digest": digests.output_digest(_OUTPUT_4),
+        "output_digest": digests.output_digest(OUTPUT_TEXT),
         "replay": {"seed": None, "temperature": None, "top_p": None, "deterministic": False},
         "capture": {
             "library": "evidence-store-otlp/0.1.0",
@@ -309,16 +256,16 @@ def mapped_event() -> dict[str, Any]:
         "trace": {"trace_id": TRACE_ID, "span_id": SPAN_ID},
         "telemetry": {
             "dialect": "bijotel",
-            "scope_name": _SCOPE[0],
-            "scope_version": _SCOPE[1],
+            "scope_name": SCOPE[0],
+            "scope_version": SCOPE[1],
             "source": "SPAN",
-            "otlp_digest": digests.otlp_digest(mapped_otlp_request()),
+            "otlp_digest": digests.otlp_digest(mapped_otlp_request(_T0)),
             "span_digest": digests.span_digest(span),
             "content_from": ["gen_ai.input.messages", "gen_ai.output.messages"],
             "rebuilt": False,
             "corroborates": "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
             "claims": [
-                {"name": "bijotel.replay.output_hash", "value": _OUTPUT_HASH_4,
+                {"name": "bijotel.replay.output_hash", "value": OUTPUT_HASH,
                  "verdict": "VERIFIED"},
                 {"name": "bijotel.replay.model_version", "value": "gpt-4o-mini-2024-07-18",
                  "verdict": "UNVERIFIABLE"},
@@ -485,8 +432,8 @@ def build() -> dict[str, Any]:
             _record_vector("evidence_seq2_chained", "EvidenceRecord", second),
         ],
         "sealed": _sealed_vectors(),
-        "mapped_span_hex": mapped_span_bytes().hex(),
-        "mapped_otlp_request_hex": mapped_otlp_request().hex(),
+        "mapped_span_hex": mapped_span_bytes(_T0).hex(),
+        "mapped_otlp_request_hex": mapped_otlp_request(_T0).hex(),
     }
 
 

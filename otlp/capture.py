@@ -147,8 +147,6 @@ def build_capture(call: MappedCall, body: bytes, stream: str, version: str) -> d
     started = call.start_time_ns // 1000
     ended = call.end_time_ns // 1000 if call.end_time_ns else started
     failed = call.status == "error"
-    scope = f"{call.scope_name} {call.scope_version}".strip()
-    content = _content(call)
     return {
         "schema_version": SCHEMA_VERSION,
         "event_id": event_id(call, item),
@@ -162,13 +160,7 @@ def build_capture(call: MappedCall, body: bytes, stream: str, version: str) -> d
         "prompt_digest": None,
         "prompt_bytes": None,
         "retrieval": [],
-        "provider": {
-            "name": call.provider or "unknown",
-            "endpoint": (f"{call.server_address}:{call.server_port}" if call.server_port
-                         else call.server_address) if call.server_address
-            else f"otlp:{call.scope_name}",
-            "api_version": None,
-        },
+        "provider": _provider(call),
         "model_id": call.request_model,
         "params": _params(call.params),
         "fingerprint": None,
@@ -186,31 +178,55 @@ def build_capture(call: MappedCall, body: bytes, stream: str, version: str) -> d
         "outcome": "FAILED" if failed else "COMMITTED",
         "replay": {"seed": seed, "temperature": call.params.temperature,
                    "top_p": call.params.top_p, "deterministic": seed is not None},
-        "capture": {
-            "library": f"{LIBRARY}/{version} (mapped from telemetry: {call.dialect} {scope})",
-            "host": None,
-            "request_policy": "HASH_ONLY",
-            "streamed": bool(call.params.stream),
-            "closed_early": False,
-            "truncated": False,
-            "started_at": started,
-            "duration_us": ended - started if call.end_time_ns >= call.start_time_ns else None,
-        },
+        "capture": _provenance(call, version, started, ended),
         "encryption": None,
         "trace": {"trace_id": call.trace_id, "span_id": call.span_id},
-        "telemetry": {
-            "dialect": call.dialect,
-            "scope_name": call.scope_name,
-            "scope_version": call.scope_version or None,
-            "source": "SPAN" if call.source == "span" else "LOG_EVENT",
-            "otlp_digest": otlp_digest(body),
-            "span_digest": item,
-            "content_from": list(dict.fromkeys(a for c in content for a in c.attributes)),
-            "rebuilt": any(c.rebuilt for c in content),
-            "corroborates": call.evidence_event_id,
-            "claims": [{"name": c.name, "value": c.value, "verdict": c.verdict.upper()}
-                       for c in claims(call)],
-        },
+        "telemetry": _telemetry(call, body, item),
+    }
+
+
+def _provider(call: MappedCall) -> dict[str, Any]:
+    """Who the call went to, as the telemetry names it: server.address[:port], else the
+    instrumentation scope (``otlp:<scope>``) when the span does not say."""
+    if call.server_address:
+        endpoint = (f"{call.server_address}:{call.server_port}" if call.server_port
+                    else call.server_address)
+    else:
+        endpoint = f"otlp:{call.scope_name}"
+    return {"name": call.provider or "unknown", "endpoint": endpoint, "api_version": None}
+
+
+def _provenance(call: MappedCall, version: str, started: int, ended: int) -> dict[str, Any]:
+    """The capture's provenance: this receiver, the dialect and scope it mapped, hash only."""
+    scope = f"{call.scope_name} {call.scope_version}".strip()
+    return {
+        "library": f"{LIBRARY}/{version} (mapped from telemetry: {call.dialect} {scope})",
+        "host": None,
+        "request_policy": "HASH_ONLY",
+        "streamed": bool(call.params.stream),
+        "closed_early": False,
+        "truncated": False,
+        "started_at": started,
+        "duration_us": ended - started if call.end_time_ns >= call.start_time_ns else None,
+    }
+
+
+def _telemetry(call: MappedCall, body: bytes, item: bytes) -> dict[str, Any]:
+    """The TelemetryMapping: where the item came from, the digests of the export request and
+    of the item's own bytes, where its messages were read, and its claims with verdicts."""
+    content = _content(call)
+    return {
+        "dialect": call.dialect,
+        "scope_name": call.scope_name,
+        "scope_version": call.scope_version or None,
+        "source": "SPAN" if call.source == "span" else "LOG_EVENT",
+        "otlp_digest": otlp_digest(body),
+        "span_digest": item,
+        "content_from": list(dict.fromkeys(a for c in content for a in c.attributes)),
+        "rebuilt": any(c.rebuilt for c in content),
+        "corroborates": call.evidence_event_id,
+        "claims": [{"name": c.name, "value": c.value, "verdict": c.verdict.upper()}
+                   for c in claims(call)],
     }
 
 
