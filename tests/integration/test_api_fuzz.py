@@ -131,7 +131,7 @@ def test_fuzz_every_operation_from_the_openapi_document(api_url):
     print(f"\nfuzzed {sum(fuzz.ran.values())} cases over {len(operations)} operations in "
           f"{elapsed:.1f} s; statuses {dict(sorted(fuzz.statuses.items()))}; no negative "
           f"cases for {no_negative}")
-    assert len(operations) == 25, sorted(operations)  # POST /admin/erasures: 403, not admin
+    assert len(operations) == 26, sorted(operations)  # POST /admin/erasures: 403, not admin
     assert not fuzz.failures, "\n".join(fuzz.failures)
     assert not [s for s in fuzz.statuses if s >= 500]
     # The valid cases reached the handlers: record routes answered 200 as well as 404/422.

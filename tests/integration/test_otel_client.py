@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tests.fixtures.log import wait_until
 from tests.fixtures.provider import read_intake
 
 pytestmark = pytest.mark.integration
@@ -83,6 +84,10 @@ def test_each_captured_call_has_its_span_sync_async_streamed(make_recorder, topi
     asyncio.run(claude())
 
     caps = read_intake(kafka_bootstrap, topics.names.intake, 5)
+    # a span ends when its call settles, which the capture on the intake does not wait for
+    wait_until("every call's span ended",
+               lambda: {c.event["event_id"] for c in caps}
+               <= set(by_event_id(exporter.get_finished_spans())))
     spans = by_event_id(exporter.get_finished_spans())
     assert len(caps) == 5 and len(spans) == 5
     for cap in caps:
@@ -118,6 +123,9 @@ def test_with_the_official_instrumentation_one_genai_span_per_call(make_recorder
     finally:
         instrumentor.uninstrument()
     caps = read_intake(kafka_bootstrap, topics.names.intake, 2)
+    wait_until("every call's span ended",
+               lambda: {c.event["event_id"] for c in caps}
+               <= set(by_event_id(exporter.get_finished_spans())))
     finished = exporter.get_finished_spans()
     genai = [s for s in finished if "gen_ai.operation.name" in s.attributes]
     assert len(genai) == 2 == len(finished)
