@@ -57,6 +57,7 @@ from .errors import ApiError
 from evidence_contract.topics import TopicNames
 from server.logs import event_logger
 
+from . import pages
 from .evidence import LogReader
 from .kafka import CheckpointProducer
 from .limits import BodyLimitMiddleware, PerKeyLimit
@@ -156,6 +157,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(Exception, _unexpected)
     for router in ROUTERS:
         app.include_router(router)
+    pages.install(app)  # the pages for people under /ui/ (api.pages, docs/pages.md)
     return app
 
 
