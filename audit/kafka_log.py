@@ -166,3 +166,50 @@ def fetch_message(bootstrap: str, topic: str, partition: int, offset: int,
         raise translate_exception(e, f"Kafka at {bootstrap}", AuditKafkaError) from e
     finally:
         c.close()
+
+
+def fetch_messages(bootstrap: str, topic: str, positions: set[tuple[int, int]],
+                   idle_timeout: float = 30.0) -> dict[tuple[int, int], bytes | None]:
+    """The committed messages at ``positions`` ``(partition, offset)`` of ``topic``, verbatim
+    (None where no committed message is): each partition read from its first wanted offset
+    to its last, and only the wanted messages kept (a range audit's records, not the log)."""
+    out: dict[tuple[int, int], bytes | None] = dict.fromkeys(positions)
+    by_partition: dict[int, set[int]] = {}
+    for p, o in positions:
+        by_partition.setdefault(p, set()).add(o)
+    if not by_partition:
+        return out
+    c = _consumer(bootstrap)
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15,
+                                           cached=False)[1] for p in by_partition}
+        pending = {p: max(o for o in offs if o < ends[p]) for p, offs in by_partition.items()
+                   if any(o < ends[p] for o in offs)}
+        if not pending:
+            return out
+        c.assign([TopicPartition(topic, p, min(by_partition[p])) for p in sorted(pending)])
+        last_progress = time.monotonic()
+        while pending:
+            msgs = c.consume(1000, timeout=0.5)
+            if not msgs and time.monotonic() - last_progress > idle_timeout:
+                raise AuditError(f"reading {topic} stalled at partitions {sorted(pending)} for "
+                                 f"{idle_timeout:.0f} s")
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.pop(m.partition(), None)
+                        continue
+                    raise translate(err, f"reading {topic}", AuditKafkaError) \
+                        from KafkaException(err)
+                last_progress = time.monotonic()
+                p, o = m.partition(), m.offset()
+                if o in by_partition.get(p, ()):
+                    out[(p, o)] = m.value()
+                if p in pending and o >= pending[p]:
+                    pending.pop(p)
+        return out
+    except KafkaException as e:
+        raise translate_exception(e, f"Kafka at {bootstrap}", AuditKafkaError) from e
+    finally:
+        c.close()

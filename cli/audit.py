@@ -1,5 +1,6 @@
 """``evidence audit [--stream S] [--json] [--no-projection] [--log-key FILE]
-[--witness URL ...] [--checkpoint FILE ...] [--witness-key KEY ...]``.
+[--witness URL ...] [--checkpoint FILE ...] [--witness-key KEY ...]``, and over a range of one
+stream ``evidence audit --stream S (--seq A..B | --last N | --since T [--until T])``.
 
 Reads the log itself from offset 0 and recomputes every digest and link, compares the chain
 tails with the writer's heads, then checks the live projection against the log.
@@ -18,6 +19,13 @@ log's records at its size. Each ``--witness URL``, ours or any C2SP tlog-witness
 newest deployment checkpoint with the consistency proof from the size it holds
 (:mod:`audit.witnesses`): its cosignature makes every entry a witnessed checkpoint, its
 refusal is a ``witness_refused`` finding.
+
+A range (:mod:`audit.range_audit`) starts from the stream's signed checkpoint instead of
+offset 0 (the newest in the projection that the log key signed, cosigned by a
+``--witness-key`` witness when given, or the one ``--checkpoint FILE`` holds), reads only the
+range's records, the one before it and, for a time window, the one after it, and checks their
+digests, their links and their inclusion in the checkpoint's tree; the summary says what that
+proves and what it leaves to the full audit.
 
 Exit codes: 0 clean, 1 could not run, 2 usage error, 3 found something.
 """
@@ -65,6 +73,72 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a witness's verifier key, or a file of them (repeatable)")
     p.add_argument("--no-trees", action="store_true",
                    help="skip the Merkle tree and checkpoint checks")
+    add_range_options(p, "audit seqs A..B of --stream only (from a verified checkpoint)")
+
+
+def add_range_options(p: argparse.ArgumentParser, seq_help: str) -> None:
+    """``--seq``, ``--last``, ``--since``, ``--until``: a range of ``--stream``
+    (:mod:`audit.range_spec`); ``evidence export`` takes them too."""
+    g = p.add_argument_group("a range of one stream (with --stream)")
+    g.add_argument("--seq", metavar="A..B", help=seq_help)
+    g.add_argument("--last", type=int, metavar="N",
+                   help="the last N records the stream's latest checkpoint covers")
+    g.add_argument("--since", metavar="TIME",
+                   help="records sealed at or after TIME (ISO 8601; UTC without an offset)")
+    g.add_argument("--until", metavar="TIME", help="records sealed before TIME (ISO 8601)")
+
+
+def range_spec(args: argparse.Namespace, seq: str | None):
+    """The range the options give (None: none); CliError(2) when they give no range."""
+    from audit.range_spec import RangeError, RangeSpec
+
+    try:
+        spec = RangeSpec.from_options(seq, args.last, args.since, args.until,
+                                      getattr(args, "all", False))
+    except RangeError as e:
+        raise CliError(2, str(e)) from e
+    if spec is not None and args.stream is None:
+        raise CliError(2, "a range (--seq, --last, --since, --until) is of one stream: "
+                          "give --stream")
+    return spec
+
+
+def run_range(args: argparse.Namespace, env: dict[str, str], spec, checkpoint: str | None):
+    """The range audit of ``spec`` (:func:`audit.range_run.run_range_audit`) with the shared
+    options' services and the keys of ``--log-key``/``--witness-key``; CliError when it
+    cannot run (1) or the range selects nothing (2)."""
+    from pathlib import Path
+
+    from audit.errors import AuditError
+    from audit.range_run import run_range_audit
+    from audit.range_spec import RangeError
+
+    try:
+        shared = resolve(args, env)
+        log_key, witness_keys = _keys(args, env)
+    except (SettingsError, ValueError) as e:
+        raise CliError(2, str(e)) from e
+    if log_key is None:
+        raise CliError(2, "a range audit starts from a signed checkpoint: it needs the log's "
+                          "verifier key (--log-key FILE or EVIDENCE_LOG_VERIFIER_KEY_FILE)")
+    missing = shared.need("bootstrap", "database_url")
+    if missing:
+        raise CliError(1, f"a range needs Kafka (the records) and PostgreSQL (where they are): "
+                          f"{missing}")
+    kept = None
+    if checkpoint is not None:
+        try:
+            kept = (Path(checkpoint).read_bytes(), f"file {checkpoint}")
+        except OSError as e:
+            raise CliError(2, f"cannot read the checkpoint {checkpoint}: {e}") from e
+    try:
+        return run_range_audit(str(shared.bootstrap), shared.connection.names,
+                               str(shared.database_url), args.stream, spec, log_key,
+                               witness_keys, kept, shared.views_schema)
+    except RangeError as e:
+        raise CliError(2, str(e)) from e
+    except AuditError as e:
+        raise CliError(1, f"cannot run: {e}") from e
 
 
 def _keys(args: argparse.Namespace, env: dict[str, str]):
@@ -119,6 +193,12 @@ def run(args: argparse.Namespace) -> int:
                                          f"([A-Za-z0-9._:-]{{1,128}})"))
     env = _stack_env()
     try:
+        spec = range_spec(args, args.seq)
+        if spec is not None:
+            return _audit_range(args, env, spec)
+    except CliError as e:
+        return fail("audit", e)
+    try:
         bootstrap, db, views = _connection(args, env)
         settings = TopicSettings.from_env(env)
         trees = None if args.no_trees else _trees(args, env, bootstrap, settings.names)
@@ -140,6 +220,63 @@ def run(args: argparse.Namespace) -> int:
     if args.json != "-":
         _print_summary(report)
     return 0 if report.clean else 3
+
+
+def _audit_range(args: argparse.Namespace, env: dict[str, str], spec) -> int:
+    not_here = [flag for flag, given in (("--witness", args.witness),
+                                         ("--no-projection", args.no_projection),
+                                         ("--no-trees", args.no_trees)) if given]
+    if not_here:
+        raise CliError(2, f"{', '.join(not_here)}: not with a range (a range starts from a "
+                          "checkpoint, finds its records through the projection and checks "
+                          "them against the tree); run the full audit for that")
+    if len(args.checkpoint) > 1:
+        raise CliError(2, "a range starts from one checkpoint: give --checkpoint once")
+    run = run_range(args, env, spec, args.checkpoint[0] if args.checkpoint else None)
+    report = run.report
+    if args.json is not None:
+        write_json(report.to_dict(), args.json)
+    if args.json != "-":
+        _print_range_summary(report)
+    return 0 if report.clean else 3
+
+
+def _print_range_summary(report) -> None:
+    d = report.to_dict()
+    cp, read = d["checkpoint"], d["read"]
+    print(f"range: {report.stream} seqs {report.span} ({report.spec.describe()})")
+    print(f"checkpoint: size {cp['tree_size']}, root {cp['root'][:16]}…, from "
+          f"{cp['source']}, signed by the log key"
+          + (f", cosigned by {', '.join(cp['cosigners'])}" if cp["cosigners"] else ""))
+    print(f"read: {read['records']:,} records of the range"
+          + (f", seq {read['before']} before it" if read["before"] else "")
+          + (f", seq {read['after']} after it" if read["after"] else "")
+          + f"; {len(read['positions']):,} log messages, nothing else of the log")
+    after = d["range"]["records_after_checkpoint"]
+    if after:
+        print(f"not covered: {after:,} records after the checkpoint's size (the projection's "
+              f"head), not audited")
+    if report.encrypted:
+        print(f"encrypted: {report.encrypted:,} records, {report.erased:,} of them erased "
+              f"(content unrecoverable; chain and proofs checked; not findings)")
+    print("what this proves:")
+    for line in d["proves"]:
+        print(f"  + {line}")
+    print("what it does not:")
+    for line in d["does_not_prove"]:
+        print(f"  - {line}")
+    if report.clean:
+        print(f"CLEAN: seqs {report.span} of {report.stream}: every digest recomputes, every "
+              f"link holds, every record is in the signed tree of size {cp['tree_size']}")
+        return
+    print("FINDINGS:")
+    for kind, n in report.by_kind().items():
+        print(f"  {kind:<26} {n:>6,}")
+    for f in report.findings[:50]:
+        pos = f" @{f.partition}:{f.offset}" if f.partition is not None else ""
+        print(f"  - {f.kind} {f.stream}#{f.seq}{pos}: {f.detail}")
+    if len(report.findings) > 50:
+        print(f"  ... and {len(report.findings) - 50} more (use --json for all)")
 
 
 def _connection(args: argparse.Namespace, env: dict[str, str]):

@@ -1,4 +1,6 @@
-"""``evidence export --stream S --seq N --out DIR``.
+"""``evidence export --stream S --seq N --out DIR``, and of a range or a whole stream as one
+bundle: ``evidence export --stream S (--seq A..B | --last N | --since T [--until T] | --all)
+--out DIR``.
 
 Finds the record's log position in the projection, reads the message from the log itself (the
 projection is only the index), and writes the files of :mod:`audit.export`. From the API
@@ -10,7 +12,14 @@ export says it has no proof. A record whose key was erased (the projection's ``e
 exports without content, and with the log's signed receipt when there is a proof to check
 it against: VERIFY.md says erased, and what still verifies.
 
-Exit codes: 0 written, 1 the record or a service is missing, 2 usage error.
+A range is read and checked exactly as ``evidence audit`` checks one (:mod:`audit.range_run`:
+from the stream's signed checkpoint, the log key needed) and written only when that audit is
+clean, as :mod:`audit.range_export` lays it out: every record a single-record export in
+``records/<seq>/``, all proved in ONE checkpoint, with the range's own VERIFY.md and a
+``verify.sh`` that runs every check; ``evidence verify DIR`` checks it without a shell.
+
+Exit codes: 0 written, 1 the record or a service is missing (or the range does not verify),
+2 usage error.
 """
 
 from __future__ import annotations
@@ -22,13 +31,19 @@ from pathlib import Path
 from .settings import SettingsError, add_options, resolve, stack_env
 from .tlog import CliError, fail
 
-HELP = "export one record with the commands that re-verify it using standard tools"
+HELP = ("export one record, a range or a whole stream with the commands that re-verify it "
+        "using standard tools")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from cli.audit import add_range_options
+
     p.add_argument("--stream", required=True, help="stream id")
-    p.add_argument("--seq", required=True, type=int, help="sequence number in the stream")
     p.add_argument("--out", required=True, type=Path, help="directory to write (created)")
+    add_range_options(p, "N: the record with that sequence number; A..B: those records, "
+                         "as one bundle")
+    p.add_argument("--all", action="store_true",
+                   help="every record of the stream its latest checkpoint covers, as one bundle")
     add_options(p, "bootstrap", "database_url", "views_schema", "topic_prefix")
     p.add_argument("--log-key", metavar="FILE", help="the log's verifier key (see evidence prove)")
     p.add_argument("--witness-key", metavar="KEY", action="append", default=[],
@@ -85,13 +100,20 @@ def run(args: argparse.Namespace) -> int:
     from evidence_contract.merkle import ProofError
     from evidence_contract.note import NoteError
 
-    if not valid_stream_id(args.stream) or args.seq < 1:
+    one = args.seq is not None and args.seq.strip().isdigit()
+    if not valid_stream_id(args.stream) or (one and int(args.seq) < 1):
         return fail("export", CliError(2, "--stream must be a stream id and --seq a positive "
-                                          "integer"))
+                                          "integer or A..B"))
     if args.out.exists() and any(args.out.iterdir()):
         return fail("export", CliError(2, f"{args.out} exists and is not empty; choose a new "
                                           "directory"))
     env = stack_env()
+    if not one:
+        return _export_range(args, env)
+    if args.last is not None or args.since or args.until or args.all:
+        return fail("export", CliError(2, "--seq N is one record: no --last, --since, "
+                                          "--until or --all with it"))
+    args.seq = int(args.seq)
     try:
         s = resolve(args, env)
     except SettingsError as e:
@@ -146,3 +168,61 @@ def _read_record(args: argparse.Namespace, s):
         raise CliError(1, f"the log message at {where} is not {args.stream} #{args.seq}: "
                           "the projection is stale or altered; run `evidence audit`")
     return where, message, erased
+
+
+def _export_range(args: argparse.Namespace, env: dict[str, str]) -> int:
+    """A range, or the whole stream, as one bundle (module docstring)."""
+    from audit.export import Erased
+    from audit.range_export import RangeRecord, build_range_export
+    from cli.audit import range_spec, run_range
+    from evidence_contract.errors import EvidenceError
+
+    try:
+        spec = range_spec(args, args.seq)
+        if spec is None:
+            raise CliError(2, "give --seq N (one record), or a range: --seq A..B, --last N, "
+                              "--since/--until or --all")
+        if args.no_proof:
+            raise CliError(2, "--no-proof: a range is always exported with its proofs")
+        if not args.witness_key:
+            args.witness_key = [t.strip() for t in env.get("EVIDENCE_WITNESS_KEYS", "")
+                                .replace(",", "\n").splitlines() if t.strip()]
+        run = run_range(args, env, spec, None)
+    except CliError as e:
+        return fail("export", e)
+    report = run.report
+    if not report.clean:
+        kinds = ", ".join(f"{n} {k}" for k, n in report.by_kind().items())
+        return fail("export", CliError(1, f"seqs {report.span} of {args.stream} do not verify "
+                                          f"({kinds}); nothing written: run `evidence audit "
+                                          f"--stream {args.stream} --seq {report.span}`"))
+    proved = {}
+    for c in report.read:
+        if report.span.first <= c.seq <= report.span.last and c.proof is not None:
+            proved.setdefault(c.seq, c)
+    records = []
+    for seq in range(report.span.first, report.span.last + 1):
+        c = proved[seq]
+        r = run.receipts.get(seq)
+        records.append(RangeRecord(c.partition, c.offset, c.message, c.proof,
+                                   None if r is None else Erased(r.erased_at, r.request_id,
+                                                                 r.note)))
+    from cli.audit import _keys
+
+    log_key, witness_keys = _keys(args, env)
+    try:
+        files = build_range_export(args.stream, records, run.note, log_key, witness_keys)
+    except (EvidenceError, ValueError) as e:
+        return fail("export", CliError(1, f"the range of {args.stream} does not verify for "
+                                          f"export: {e}"))
+    for name, data in files.items():
+        path = args.out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    cp = report.checkpoint.checkpoint
+    erased = sum(1 for r in records if r.erased is not None)
+    print(f"wrote seqs {report.span} of {args.stream} ({len(records)} records) to {args.out}, "
+          f"proved in the checkpoint of size {cp.size}; check it with `evidence verify "
+          f"{args.out}` or `sh {args.out / 'verify.sh'}`"
+          + (f"; {erased} records' content erased" if erased else ""))
+    return 0

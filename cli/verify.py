@@ -2,7 +2,9 @@
 
 Checks an export (``evidence export``) with no service at all: the record's digests and
 chain link, the log's signature on the checkpoint, the witnesses' cosignatures and the
-inclusion proof (:mod:`audit.offline`). Give the keys you hold: without ``--log-key`` the
+inclusion proof (:mod:`audit.offline`). A range bundle (``range.json`` in the directory) is
+checked record by record the same way, all in its one checkpoint, and the records' chain
+(:func:`audit.range_export.verify_range_export`). Give the keys you hold: without ``--log-key`` the
 export's own ``log.vkey`` is used, and the output says so.
 
 Exit codes: 0 verified, 1 not verified, 2 usage error.
@@ -48,7 +50,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"evidence verify: a key you gave: {e}", file=sys.stderr)
         return 2
     files = {p.name: p.read_bytes() for p in args.export.iterdir() if p.is_file()}
-    result = verify_export(files, log_key, witness_keys)
+    if "range.json" in files:
+        from audit.range_export import verify_range_export
+
+        records = args.export / "records"
+        dirs = {d.name: {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+                for d in (records.iterdir() if records.is_dir() else ()) if d.is_dir()}
+        result = verify_range_export(files, dirs, log_key, witness_keys)
+    else:
+        result = verify_export(files, log_key, witness_keys)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
