@@ -38,9 +38,11 @@ down:
 ##       that real Kafka and PostgreSQL, on TEST_WORKERS parallel pytest-xdist workers
 ##       (default 4: a test mostly waits on Kafka and PostgreSQL, so 2 cores keep 4 busy;
 ##       TEST_WORKERS=0 runs it in one process; an idle worker takes tests from a busy one's
-##       queue, so a few long tests do not end the run alone; the 25 longest are listed)
+##       queue, so a few long tests do not end the run alone; the 25 longest are listed);
+##       tools/browser_setup.sh first installs what tests/browser needs (Debian's chromium)
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
+	sh tools/browser_setup.sh
 	$(PY) -m devstack up
 	$(PY) -m pytest -n $(or $(TEST_WORKERS),4) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
