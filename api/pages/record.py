@@ -122,7 +122,7 @@ async def record_page(request: Request, visitor: Visitor, stream: StreamPath,
                   prev_seq=prev_seq, next_seq=next_seq, v=verification, receipt=receipt,
                   redacted=redacted, telemetry=telemetry,
                   params=None if shown["params"] is None
-                  else json.dumps(shown["params"], indent=2, ensure_ascii=False))
+                  else show(str(shown["params"]).encode("utf-8"), "application/json").text)
 
 
 @router.get("/streams/{stream}/records/{seq}/bundle")

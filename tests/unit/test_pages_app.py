@@ -54,7 +54,8 @@ def test_every_page_carries_the_security_headers(client):
 def test_a_page_without_a_session_sends_the_browser_to_login(client):
     r = client.get("/ui/streams/acme:x/records/1?a=b")
     assert r.status_code == 303
-    assert r.headers["location"] == "/ui/login?next=%2Fui%2Fstreams%2Facme%3Ax%2Frecords%2F1%3Fa%3Db"
+    assert r.headers["location"] == \
+        "/ui/login?next=%2Fui%2Fstreams%2Facme%3Ax%2Frecords%2F1%3Fa%3Db"
 
 
 def test_login_gives_a_session_id_in_a_strict_cookie_never_the_key(client):

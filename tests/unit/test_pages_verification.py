@@ -18,7 +18,7 @@ from evidence_contract.bundle import Trust
 from evidence_contract.note import Checkpoint, format_checkpoint, format_note, generate_signer, sign
 from projections.columns import RECORD_COLUMNS
 from projections.rows import record_row
-from tests.unit.test_schemas_bundle import FIRST, LOG, ORIGIN, SECOND, STREAM, TREE, WITNESS
+from tests.unit.test_schemas_bundle import FIRST, LOG, ORIGIN, SECOND, STREAM, TREE, WITNESS, _flip
 from tests.unit.test_schemas_bundle import doc as _doc
 from tests.unit.test_schemas_bundle import note as _note
 
@@ -91,12 +91,6 @@ def test_the_apis_own_row_problem_fails_the_first_step():
     v = run(bundle(), problem="its response bytes are not the sealed record's")
     assert v.steps[0].status == FAIL and "response bytes" in v.steps[0].detail
     assert v.verdict.status == FAIL
-
-
-def _flip(b64: str) -> str:
-    raw = bytearray(base64.b64decode(b64))
-    raw[-40] ^= 1
-    return base64.b64encode(bytes(raw)).decode()
 
 
 @pytest.mark.parametrize("change, failed", [
