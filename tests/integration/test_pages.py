@@ -225,3 +225,61 @@ def test_logout_deletes_the_session(pages):
     assert r.status_code == 303 and "Max-Age=0" in r.headers["set-cookie"]
     b.session = old  # the id presented again is dead on the server
     assert b.get("/ui/").status_code == 303
+
+
+# -- an erased record, over a read model the test writes (tests/fixtures/readmodel.py) -----
+
+ERASED_STREAM = "bank:pages"
+ERASED_AT = 1_735_700_000_000_000
+
+
+@pytest.fixture
+def erased(database_url):
+    """Two encrypted records whose keys were erased: the first with a receipt the log key
+    signed, the second with one another key signed; the API pins the log key."""
+    from api import Keyring, Settings
+    from evidence_contract.erasure import ErasureRequest, receipt_text
+    from evidence_contract.note import format_note, generate_signer, sign
+    from evidence_contract.sealing import new_key_id
+    from tests.fixtures.api_server import serve_api
+    from tests.fixtures.readmodel import ReadModel
+    from tests.integration.test_api_erased import _encrypted
+
+    log = generate_signer("evidence-store.local/log")
+    forger = generate_signer("evidence-store.local/log")
+    key = f"pages-{uuid.uuid4().hex}"
+    with ReadModel(database_url) as rm:
+        for n, signer in ((1, log), (2, forger)):
+            event = _encrypted()
+            event["encryption"] = {**event["encryption"], "key_id": new_key_id()}
+            rec = rm.add(ERASED_STREAM, **event)
+            key_id = rec.body["encryption"]["key_id"]
+            text = receipt_text(log.name, ErasureRequest(f"dsr-{n}", (key_id,), ERASED_AT))
+            rm.conn.execute(
+                f'insert into "{rm.gen}".erasures (request_id, key_id, erased_at, '
+                f"erased_at_us, note, log_partition, log_offset) values (%s, %s, "
+                f"to_timestamp(%s / 1e6), %s, %s, 0, %s)",
+                (f"dsr-{n}", bytes.fromhex(key_id), ERASED_AT, ERASED_AT,
+                 format_note(text, [sign(signer, text)]), n))
+        settings = Settings(database_url, Keyring([("k", key, ["*"])]), views_schema=rm.views,
+                            max_lag=10**9, log_key=log.verifier)
+        with serve_api(settings) as url:
+            yield url, key
+
+
+def test_an_erased_record_shows_its_receipt_checked_and_no_body(erased):
+    url, key = erased
+    b = Browser(url)
+    b.login(key)
+    page = b.get(f"/ui/streams/{ERASED_STREAM}/records/1")
+    assert page.status_code == 200
+    html = unescape(page.text)
+    assert "The content of this record was erased" in html and "dsr-1" in html
+    assert re.search(r'class="badge good">✓</span> Erasure receipt: signed by '
+                     r"evidence-store.local/log: request dsr-1", html), html
+    assert "Erased: no body can be shown." in html and "shown as" not in html
+    s = steps(page.text)
+    assert s["Content digests"] == "skip" and "fail" not in s.values(), s
+    forged = unescape(b.get(f"/ui/streams/{ERASED_STREAM}/records/2").text)
+    assert "dsr-2" in forged
+    assert re.search(r'class="badge bad">✗</span> Erasure receipt: it does not verify', forged)
