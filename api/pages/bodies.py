@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["HEX_PREVIEW", "TEXT_LIMIT", "Body", "SseEvent", "hex_rows", "show", "split_sse"]
 
@@ -56,7 +56,6 @@ class Body:
     rows: tuple[tuple[str, str, str], ...] = ()
     truncated: bool = False
     note: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def _media(content_type: str | None) -> str:
@@ -94,8 +93,8 @@ def split_sse(text: str) -> list[SseEvent]:
         if line == "":
             if seen:
                 joined = "\n".join(data)
-                events.append(SseEvent(kind, ident, _pretty(joined) or joined
-                                       if joined.strip() else joined, tuple(comments)))
+                shown = (_pretty(joined) or joined) if joined.strip() else joined
+                events.append(SseEvent(kind, ident, shown, tuple(comments)))
             kind = ident = None
             data, comments, seen = [], [], False
             continue
