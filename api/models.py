@@ -25,7 +25,7 @@ from .db import ERASED_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 __all__ = [
     "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
     "TRACE_PATTERN", "TraceOut", "TraceRecords", "TelemetryOut", "TelemetryClaimOut",
-    "BundleConsistency", "BundleInclusion", "BundleLog", "ConsistencyProof", "CosignatureAccepted", "EvidenceBundle", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "LogInclusion", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary", "TooManyBody",
+    "BijotelReplayOut", "BundleConsistency", "BundleInclusion", "BundleLog", "ConsistencyProof", "CosignatureAccepted", "EvidenceBundle", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "LogInclusion", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary", "TooManyBody",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
 ]
 
@@ -126,6 +126,12 @@ class VerifyRequest(BaseModel):
     replayed_response_b64: Base64Field | None = Field(
         None, description="re-executed verbatim response body, base64 (standard alphabet); "
                           "compared with response_digest = sha256(0x01 || bytes)")
+    basis: Literal["record", "bijotel"] | None = Field(
+        None, description="what to compare with: record (absent or null) the record's own "
+                          "digest; bijotel the bijotel.replay.output_hash claim of a record "
+                          "mapped from a span that made BIJOTEL's replay claims, compared as "
+                          "BIJOTEL's verify_replay does (sha256(utf8(replayed_output)), no "
+                          "prefix), with its answers; needs replayed_output")
 
     _response: bytes | None = PrivateAttr(None)
     _event_uuid: uuid.UUID | None = PrivateAttr(None)
@@ -149,6 +155,10 @@ class VerifyRequest(BaseModel):
         if (self.replayed_output is None) == (self.replayed_response_b64 is None):
             raise ValueError("give exactly one of replayed_output (text) or "
                              "replayed_response_b64 (base64 bytes)")
+        if self.basis == "bijotel" and self.replayed_output is None:
+            raise ValueError("basis bijotel compares an output text with the "
+                             "bijotel.replay.output_hash claim: give replayed_output, not "
+                             "replayed_response_b64")
         if self.replayed_output is not None:
             try:
                 self.replayed_output.encode("utf-8")
@@ -172,19 +182,41 @@ class VerifyRequest(BaseModel):
         return self._event_uuid
 
 
+class BijotelReplayOut(BaseModel):
+    """BIJOTEL's own answer (its ``ReplayResult``, field for field) and the claim's verdict."""
+
+    match: bool
+    original_hash: str | None = Field(description="the bijotel.replay.output_hash claimed")
+    replay_hash: str = Field(description="sha256(utf8(replayed_output)), hex")
+    deterministic: bool = Field(description="the bijotel.replay.deterministic claim (false "
+                                            "when absent)")
+    model_version: str | None = Field(description="the bijotel.replay.model_version claim")
+    reason: str | None = Field(description="BIJOTEL's reason; null on a match")
+    claim: Literal["bijotel.replay.output_hash"]
+    claim_verdict: Literal["VERIFIED", "MISMATCHED", "UNVERIFIABLE"] = Field(description=(
+        "the claim's verdict when the span was mapped: VERIFIED when the span carried the "
+        "output text and it hashed to the claim, MISMATCHED when it hashed to something else, "
+        "UNVERIFIABLE when the span carried no output text (then only BIJOTEL vouches for "
+        "the hash)"))
+
+
 class VerifyResponse(BaseModel):
     match: bool
-    original_hash: str | None = Field(description="hex digest sealed in the record; null if "
-                                                  "the record has no digest of that kind")
+    original_hash: str | None = Field(description="hex digest sealed in the record (on "
+                                                  "BIJOTEL's basis, the output_hash claimed); "
+                                                  "null if the record has no digest of that "
+                                                  "kind")
     replay_hash: str | None = Field(description="hex digest of the replayed value")
-    compared: Literal["output_digest", "response_digest"] | None
+    compared: Literal["output_digest", "response_digest", "bijotel.replay.output_hash"] | None
     deterministic: bool | None = Field(description="true iff the original call sent a seed")
     model_version: str | None = Field(description="the model that answered (response_model, "
                                                   "else the requested model_id)")
     stream: str | None
     seq: int | None
     reason: str | None = Field(description="null on a match; otherwise what differed and "
-                                           "what to do")
+                                           "what to do (on BIJOTEL's basis, BIJOTEL's reason)")
+    bijotel: BijotelReplayOut | None = Field(None, description=(
+        "only with basis bijotel: BIJOTEL's own answer and the verdict on its claim"))
 
 
 from .proof_models import (  # noqa: E402 - the proofs' bodies, importable from here as before

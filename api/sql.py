@@ -52,8 +52,10 @@ that key was erased, the earliest erasure's µs and request id."""
 BYTES_COLUMNS = ("request_bytes", "response_bytes", "error_bytes", "input_bytes",
                  "prompt_bytes", "record_bytes")
 VERIFY_COLUMNS = ("stream", "seq", "output_digest", "response_digest", "deterministic",
-                  "seed", "model_version", "outcome", "endpoint")
-"""Then ``ERASED_COLUMNS``: a verify row is ``VERIFY_COLUMNS + ERASED_COLUMNS``."""
+                  "seed", "model_version", "outcome", "endpoint", "telemetry_record")
+"""Then ``ERASED_COLUMNS``: a verify row is ``VERIFY_COLUMNS + ERASED_COLUMNS``.
+``telemetry_record`` is a mapped record's log message (null for any other), whose telemetry
+claims the verify basis ``bijotel`` compares with."""
 EVENT_COLUMNS = ("copies", "is_copy")
 """Last in a lookup by event id (``verify_event``, ``*_event``): the number of *other* records
 with that event id in the key's scope, and whether the record answered carries a
@@ -104,7 +106,7 @@ def _record_queries(v: str) -> dict[str, str]:
             f"order by seq, log_partition, log_offset limit %s")
     verify_cols = ("stream, seq, output_digest, response_digest, deterministic, seed, "
                    "coalesce(response_model, model_id), outcome, provider_endpoint, "
-                   + erased_sql(v))
+                   f"{_META_EXPRESSIONS['telemetry_record']}, " + erased_sql(v))
     return {
         "verify_seq": f"select {verify_cols} from {v}.records "
                       f"where stream = %s and seq = %s {_FIRST}",

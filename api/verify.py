@@ -7,6 +7,13 @@ compares it with the digest the record carries:
     replayed_output   (text)   output_digest   = sha256(0x04 || utf8(text))
     replayed_response (bytes)  response_digest = sha256(0x01 || bytes)
 
+On BIJOTEL's basis (:func:`verify_bijotel`, for a record mapped from a span that carried
+BIJOTEL's replay claims) the replayed text is compared with the ``bijotel.replay.output_hash``
+claim the way BIJOTEL's own ``verify_replay`` does (sha256(utf8(text)), hex, no prefix), with its
+answers and reasons:
+
+    replayed_output   (text)   bijotel.replay.output_hash = sha256(utf8(text))
+
 A mismatch is an answer, not an error: :func:`verify` never raises and returns a
 :class:`VerifyResult` for any input, hostile ones included, so the API can always answer 200
 when the record exists. ``reason`` is None on a match and otherwise says what differed and what
@@ -26,7 +33,8 @@ from urllib.parse import urlsplit
 from evidence_contract import output_digest, response_digest
 from evidence_contract.outputs import KINDS, wire_format
 
-__all__ = ["Original", "VerifyResult", "verify"]
+__all__ = ["BIJOTEL_OUTPUT_HASH", "NoBijotelClaim", "Original", "VerifyResult", "verify",
+           "verify_bijotel"]
 
 OUTPUT, RESPONSE = "output_digest", "response_digest"
 
@@ -49,6 +57,9 @@ class Original:
     outcome: str | None = None
     endpoint: str | None = None
     """The provider endpoint called: its path names the wire format."""
+    telemetry_record: bytes | None = None
+    """A record mapped from telemetry: its log message, whose telemetry holds the claims the
+    span made (null for any other record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +75,9 @@ class VerifyResult:
     stream: str | None
     seq: int | None
     reason: str | None
+    bijotel: dict[str, Any] | None = None
+    """On BIJOTEL's basis (:func:`verify_bijotel`): BIJOTEL's own answer and the claim's
+    verdict at mapping time; absent from :meth:`to_dict` otherwise."""
 
     @property
     def outcome(self) -> str:
@@ -76,10 +90,13 @@ class VerifyResult:
 
     def to_dict(self) -> dict[str, Any]:
         # Not dataclasses.asdict: that deep-copies, and this runs on every verify request.
-        return {name: getattr(self, name) for name in _RESULT_FIELDS}
+        out = {name: getattr(self, name) for name in _RESULT_FIELDS}
+        if self.bijotel is not None:
+            out["bijotel"] = self.bijotel
+        return out
 
 
-_RESULT_FIELDS = tuple(f.name for f in fields(VerifyResult))
+_RESULT_FIELDS = tuple(f.name for f in fields(VerifyResult) if f.name != "bijotel")
 
 
 def _is_digest(value: object, size: int) -> bool:
@@ -222,3 +239,99 @@ def _no_digest_reason(original: object, kind: str, outcome: str | None, size: in
             if _is_digest(other, size) else "; it has no digest to compare at all")
     return (f"the record has no {compared}{why}, so a replayed {kind} cannot be verified "
             f"against it{hint}")
+
+
+BIJOTEL_OUTPUT_HASH = "bijotel.replay.output_hash"
+_BIJOTEL_PREFIX = "bijotel.replay."
+
+
+class NoBijotelClaim(ValueError):
+    """The record carries no ``bijotel.replay.output_hash`` claim, so BIJOTEL's basis does not
+    apply to it (the message says what the record is and what to compare instead)."""
+
+
+def verify_bijotel(original: object, replayed_output: str) -> VerifyResult:
+    """Compare ``replayed_output`` with the ``bijotel.replay.output_hash`` claim of
+    ``original`` (an :class:`Original` whose ``telemetry_record`` is set) on BIJOTEL's basis.
+
+    ``match``, ``original_hash`` (the claimed hash), ``replay_hash`` and ``reason`` are what
+    BIJOTEL's ``verify_replay`` answers for the span's attributes (``otlp.bijotel``: the same
+    rule); ``bijotel`` adds its whole answer (its ``deterministic`` and ``model_version`` are
+    the claims', not the record's) and ``claim_verdict``, the claim's verdict when it was mapped:
+    ``VERIFIED`` only when the span carried the output text and it hashed to the claim.
+    Raises :class:`NoBijotelClaim` for a record without that claim; never anything else."""
+    try:
+        return _verify_bijotel(original, _telemetry(original), replayed_output)
+    except NoBijotelClaim:
+        raise  # the caller answers 422: the basis does not apply to the record
+    except Exception as e:  # noqa: BLE001 - as verify(): an answer, never an error
+        return VerifyResult(False, None, None, BIJOTEL_OUTPUT_HASH, None, None,
+                            _opt_str(getattr(original, "stream", None)),
+                            _opt_int(getattr(original, "seq", None)),
+                            f"verification could not run: {type(e).__name__}")
+
+
+def _telemetry(original: object) -> dict[str, Any]:
+    """The telemetry mapping of a record with a ``bijotel.replay.output_hash`` claim;
+    :class:`NoBijotelClaim` saying why not otherwise."""
+    stream = _opt_str(getattr(original, "stream", None))
+    what = f"record {stream} #{_opt_int(getattr(original, 'seq', None))}"
+    record = getattr(original, "telemetry_record", None)
+    if not isinstance(record, (bytes, bytearray, memoryview)):
+        raise NoBijotelClaim(
+            f"{what} was captured at the wire, not mapped from telemetry: it carries no "
+            f"{BIJOTEL_OUTPUT_HASH} claim to compare on BIJOTEL's basis; omit basis to compare "
+            f"with its own digests")
+    from evidence_contract import decode
+
+    telemetry = decode(bytes(record))[1]["body"]["telemetry"]
+    names = [c["name"] for c in telemetry["claims"]]
+    if BIJOTEL_OUTPUT_HASH in names:
+        return telemetry
+    source = "log event" if telemetry["source"] == "LOG_EVENT" else "span"
+    origin = (f"{what} was mapped from a {telemetry['dialect']} {source} "
+              f"(scope {telemetry['scope_name']!r})")
+    if any(n.startswith(_BIJOTEL_PREFIX) for n in names):
+        raise NoBijotelClaim(
+            f"{origin} whose BIJOTEL replay claims have no {BIJOTEL_OUTPUT_HASH}: BIJOTEL's "
+            f"verify_replay cannot verify it either (its chain entry has no output_hash: "
+            f"logged before BIJOTEL 2.7.0 or replay metadata not attached); omit basis to "
+            f"compare with the record's own output_digest")
+    raise NoBijotelClaim(
+        f"{origin} that made no BIJOTEL replay claims ({BIJOTEL_OUTPUT_HASH}); omit basis to "
+        f"compare with the record's own output_digest")
+
+
+def _verify_bijotel(original: object, telemetry: dict[str, Any],
+                    replayed_output: str) -> VerifyResult:
+    from otlp.bijotel import verify_replay_claim
+    from otlp.model import BijotelClaims
+
+    claims: dict[str, dict[str, Any]] = {}
+    for c in telemetry["claims"]:  # a span's attribute keys are unique; keep the first anyway
+        claims.setdefault(c["name"], c)
+    claim = claims[BIJOTEL_OUTPUT_HASH]
+    deterministic = claims.get(_BIJOTEL_PREFIX + "deterministic")
+    model_version = claims.get(_BIJOTEL_PREFIX + "model_version")
+    answer = verify_replay_claim(BijotelClaims(
+        prompt_hash=None, output_hash=claim["value"], seed=None, temperature=None, top_p=None,
+        model_version=model_version["value"] if model_version else None,
+        deterministic=_bijotel_bool(deterministic["value"]) if deterministic else None),
+        replayed_output)
+    bijotel = {"match": answer.match, "original_hash": answer.original_hash,
+               "replay_hash": answer.replay_hash, "deterministic": answer.deterministic,
+               "model_version": answer.model_version, "reason": answer.reason,
+               "claim": BIJOTEL_OUTPUT_HASH, "claim_verdict": claim["verdict"]}
+    return VerifyResult(answer.match, answer.original_hash, answer.replay_hash,
+                        BIJOTEL_OUTPUT_HASH,
+                        _opt_bool(getattr(original, "deterministic", None)),
+                        _opt_str(getattr(original, "model_version", None)),
+                        _opt_str(getattr(original, "stream", None)),
+                        _opt_int(getattr(original, "seq", None)), answer.reason, bijotel)
+
+
+def _bijotel_bool(text: str) -> bool:
+    """A ``deterministic`` claim as BIJOTEL's ``bool()`` reads the attribute it came from
+    (kept as text: a boolean as true/false, a number in decimal): false, zero and the empty
+    string are false."""
+    return text not in ("false", "0", "0.0", "-0.0", "")

@@ -1,6 +1,7 @@
 """Replay: compare a re-execution with a sealed record, serve a recorded response.
 
     POST /replay/verify                compare a replayed output or response with its digest
+                                       (or, basis bijotel, an output with BIJOTEL's claim)
     GET  /replay/{content_key_hex}     verbatim response bytes, served from storage
 
 Both answer 410 ``erased`` (with ``erased_at`` and ``request_id``) for a record whose key was
@@ -22,7 +23,7 @@ from ..models import MAX_SEQ, STREAM_PATTERN, VerifyRequest, VerifyResponse, era
 from ..params import Digits
 from ..responses import BODY_ERRORS, ERASED, ERRORS
 from ..evidence import served
-from ..verify import Original, VerifyResult, verify
+from ..verify import NoBijotelClaim, Original, VerifyResult, verify, verify_bijotel
 
 __all__ = ["HEX_KEY", "replay_row", "replay_serve", "replay_verify", "router"]
 
@@ -85,7 +86,15 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
     (`EVIDENCE_API_MAX_VERIFY_BYTES`): room for a replayed response of 6 MiB as base64.
     A larger body is a 413 `too_large`, answered from its Content-Length before it is
     read; compare `replayed_output` instead, or raise the limit. A body that takes longer
-    than `EVIDENCE_API_BODY_TIMEOUT` (30 s) to arrive is a 408 `timeout`."""
+    than `EVIDENCE_API_BODY_TIMEOUT` (30 s) to arrive is a 408 `timeout`.
+
+    `basis` `bijotel` compares `replayed_output` with the `bijotel.replay.output_hash`
+    claim of a record mapped from a span that made BIJOTEL's replay claims, as BIJOTEL's
+    `verify_replay` does (sha256(utf8(text)), no prefix): `match`, `original_hash` (the
+    claim), `replay_hash` and `reason` are BIJOTEL's answer, `compared` is
+    `bijotel.replay.output_hash`, and `bijotel` gives BIJOTEL's whole answer with the claim's
+    verdict at mapping time (`claim_verdict`: only `VERIFIED` was checked against content the
+    span carried). A record without that claim is a 422 `invalid_request` saying what it is."""
     # The body is parsed by pydantic-core straight from bytes rather than through
     # FastAPI's body parameter (json.loads, then validation): this is the hot route.
     body = _parse_verify(await request.body())
@@ -101,7 +110,15 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
     erased = erased_of(row, _N_VERIFY)
     if erased is not None:
         raise Erased(f"record {original.stream} #{original.seq}", *erased)
-    if row[_N_VERIFY] is not None:  # key_id: an encrypted record
+    if body.basis == "bijotel":
+        # The claim is plain text in the record's telemetry (a mapped capture is never
+        # encrypted), so it is compared whatever the record's key; a record without one is
+        # a request that does not apply to it.
+        try:
+            result = verify_bijotel(original, body.replayed_output or "")
+        except NoBijotelClaim as e:
+            raise InvalidRequest(str(e)) from None
+    elif row[_N_VERIFY] is not None:  # key_id: an encrypted record
         result = _sealed_result(original, body)
     else:
         result = verify(original, body.replayed_output, body.response_bytes)

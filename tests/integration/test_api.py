@@ -181,7 +181,7 @@ def test_verify_other_tenants_record_is_404_like_a_missing_one(acme, admin, data
      "not both"),
     ({"stream": "acme:chat", "seq": 1, "replayed_output": "a", "extra": 1},
      "unknown field 'extra' (allowed: stream, seq, event_id, replayed_output, "
-     "replayed_response_b64)"),
+     "replayed_response_b64, basis)"),
     ({"stream": "acme chat", "seq": 1, "replayed_output": "a"}, "stream"),
     ({"stream": "acme:chat", "seq": 0, "replayed_output": "a"}, "seq"),
     ({"stream": "acme:chat", "seq": "one", "replayed_output": "a"}, "seq"),

@@ -16,7 +16,8 @@ proofs, for readers that verify) and their three schemas. Issue 24 added the pub
 tlog-tiles read of the deployment log and of each stream's tree (``/log/checkpoint``,
 ``/log/tile/...``, ``/log/streams/{stream}/checkpoint`` and ``.../tile/...``, no API key),
 and the bundles' path to a witnessed deployment checkpoint (``log``, ``log_reason``; its two
-schemas ``BundleLog`` and ``LogInclusion``).
+schemas ``BundleLog`` and ``LogInclusion``). Issue 26 added the verify body's ``basis``
+(``bijotel``: a mapped record's BIJOTEL claim) and BIJOTEL's answer, ``BijotelReplayOut``.
 """
 
 import pytest
@@ -148,7 +149,9 @@ SCHEMAS = {
     "TraceOut": ("trace_id", "span_id"),
     "TraceRecords": ("trace_id", "records", "more"),
     "VerifyResponse": ("match", "original_hash", "replay_hash", "compared", "deterministic",
-                       "model_version", "stream", "seq", "reason"),
+                       "model_version", "stream", "seq", "reason", "bijotel"),
+    "BijotelReplayOut": ("match", "original_hash", "replay_hash", "deterministic",
+                         "model_version", "reason", "claim", "claim_verdict"),
 }
 
 
@@ -187,7 +190,7 @@ def test_request_bodies_are_pinned(spec):
     verify = spec["paths"]["/replay/verify"]["post"]["requestBody"]
     assert verify["required"] is True
     assert list(verify["content"]["application/json"]["schema"]["properties"]) == [
-        "stream", "seq", "event_id", "replayed_output", "replayed_response_b64"]
+        "stream", "seq", "event_id", "replayed_output", "replayed_response_b64", "basis"]
     manifest = spec["paths"]["/fidelity/analyze"]["post"]["requestBody"]
     assert manifest["content"]["application/json"]["schema"]["type"] == "object"
 
