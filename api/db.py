@@ -27,7 +27,7 @@ from .auth import Scope
 from .pool import APPLICATION_NAME, Pool, check_connection, translate
 from .sql import (
     BYTES_COLUMNS, ERASED_COLUMNS, EVENT_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS,
-    VERIFY_COLUMNS, queries,
+    VERIFY_COLUMNS, RecordFilter, bound_sql, queries, records_sql,
 )
 
 __all__ = ["APPLICATION_NAME", "BYTES_COLUMNS", "Database", "ERASED_COLUMNS", "EVENT_COLUMNS",
@@ -97,6 +97,42 @@ class Database:
         """Up to ``limit`` records of ``stream`` after ``after_seq``, in seq order."""
         return await self._pool.all("records", self._q["full_page" if with_bytes else "meta_page"],
                                     (stream, Int8(after_seq), limit))
+
+    async def stream_records(self, stream: str, after_seq: int, f: RecordFilter, limit: int,
+                             with_bytes: bool, scan: int | None
+                             ) -> tuple[list[tuple[Any, ...]], tuple[str, int] | None]:
+        """Up to ``limit`` records of ``stream`` after ``after_seq`` that ``f`` keeps, in seq
+        order, reading at most ``scan`` records (None: no bound); and the (stream, seq) where
+        that reading stopped (None: it reached the end)."""
+        return await self._listing("records", "stream = %s and seq > %s",
+                                   [stream, Int8(after_seq)], f, limit, with_bytes, scan)
+
+    async def scoped_records(self, scope: Scope, like: str, after: tuple[str, int] | None,
+                             f: RecordFilter, limit: int, with_bytes: bool, scan: int | None
+                             ) -> tuple[list[tuple[Any, ...]], tuple[str, int] | None]:
+        """As :meth:`stream_records`, over the streams of ``scope`` whose id is ``like`` (a
+        LIKE pattern), in (stream, seq) order, after ``after`` (a (stream, seq) cursor)."""
+        cond, params = scope.sql()
+        window, wparams = f"{cond} and stream like %s", [*params, like]
+        if after is not None:
+            window += " and (stream, seq) > (%s, %s)"
+            wparams += [after[0], Int8(after[1])]
+        return await self._listing("records", window, wparams, f, limit, with_bytes, scan)
+
+    async def _listing(self, what: str, window: str, wparams: list[Any], f: RecordFilter,
+                       limit: int, with_bytes: bool, scan: int | None
+                       ) -> tuple[list[tuple[Any, ...]], tuple[str, int] | None]:
+        v = f'"{self.views}"'
+        bound = None
+        if scan is not None:
+            row = await self._pool.one(what, bound_sql(v, window), (*wparams, scan - 1))
+            if row is not None:
+                bound = (row[0], int(row[1]))
+                window += " and (stream, seq) <= (%s, %s)"
+                wparams = [*wparams, bound[0], Int8(bound[1])]
+        sql, fparams = records_sql(v, window, f, with_bytes)
+        rows = await self._pool.all(what, sql, (*wparams, *fparams, limit))
+        return rows, bound
 
     async def replay(self, content_key: bytes, scope: Scope, stream: str | None,
                      seq: int | None) -> tuple[Any, ...] | None:

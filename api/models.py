@@ -23,7 +23,8 @@ from evidence_contract.model import EVENT_ID_RE
 from .db import ERASED_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
 __all__ = [
-    "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_PATTERN",
+    "EVENT_PATTERN", "FINDINGS_SHOWN", "MAX_SEQ", "STREAM_GLOB_PATTERN", "STREAM_PATTERN",
+    "RecordCursor", "RecordList",
     "TRACE_PATTERN", "TraceOut", "TraceRecords", "TelemetryOut", "TelemetryClaimOut",
     "BijotelReplayOut", "BundleConsistency", "BundleInclusion", "BundleLog", "ConsistencyProof", "CosignatureAccepted", "EvidenceBundle", "ErasedBody", "ErasureOut", "ErrorBody", "FindingOut", "InclusionProof", "LogInclusion", "RecordOut", "RecordPage", "StreamDetail", "StreamSummary", "TooManyBody",
     "StreamList", "VerifyRequest", "VerifyResponse", "finding_dict", "head_dict", "record_dict",
@@ -32,6 +33,8 @@ __all__ = [
 MAX_SEQ = (1 << 63) - 1
 STREAM_PATTERN = "^" + STREAM_ID_RE.pattern + "$"
 EVENT_PATTERN = "^" + EVENT_ID_RE.pattern + "$"
+STREAM_GLOB_PATTERN = r"^[A-Za-z0-9._:*?-]{1,128}$"
+"""A stream id, or a pattern of one: ``*`` any characters, ``?`` one (``GET /records``)."""
 TRACE_PATTERN = "^[0-9a-f]{32}$"
 """A W3C trace id as text: 32 lowercase hex digits (not all zero)."""
 FINDINGS_SHOWN = 100
@@ -364,6 +367,18 @@ class RecordPage(BaseModel):
     records: list[RecordOut]
     next_after_seq: int | None = Field(description="pass as after_seq for the next page; "
                                                    "null on the last page")
+
+
+class RecordCursor(BaseModel):
+    stream: str
+    seq: int
+
+
+class RecordList(BaseModel):
+    stream: str = Field(description="the stream pattern listed")
+    records: list[RecordOut]
+    next_after: RecordCursor | None = Field(description="pass as after_stream and after_seq "
+                                                        "for the next page; null on the last")
 
 
 class TraceRecords(BaseModel):

@@ -20,10 +20,14 @@ earliest ``occurred_at``, then the log position; the projector flags every other
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+from typing import Any
+
 from projections.columns import RECORD_COLUMNS
 
 __all__ = ["BYTES_COLUMNS", "ERASED_COLUMNS", "EVENT_COLUMNS", "FINDING_COLUMNS", "HEAD_COLUMNS",
-           "META_COLUMNS", "VERIFY_COLUMNS", "erased_sql", "event_sql", "meta_select", "queries"]
+           "META_COLUMNS", "VERIFY_COLUMNS", "RecordFilter", "bound_sql", "erased_sql",
+           "event_sql", "filter_sql", "meta_select", "queries", "records_sql"]
 
 META_COLUMNS = (
     "stream", "seq", "event_id", "schema_version", "occurred_at", "occurred_at_us",
@@ -234,3 +238,71 @@ def _health_queries(v: str) -> dict[str, str]:
                f"from {v}.positions p left join {v}.heartbeat h "
                f"on h.topic = p.topic and h.partition = p.partition",
     }
+
+
+# -- record listings with filters (GET /streams/{s}/records, GET /records) ----------------------
+
+@dataclass(frozen=True)
+class RecordFilter:
+    """What a listing keeps; a None field keeps every record. ``model`` is the model asked
+    for or the one that answered (``model_id`` or ``response_model``); ``since_us`` and
+    ``until_us`` bound the sealed time (``occurred_at_us``: from, inclusive; to, exclusive);
+    ``encrypted``: sealed under a subject's key (erased since or not); ``erased``: that key
+    was destroyed."""
+
+    model: str | None = None
+    outcome: str | None = None
+    fingerprint: str | None = None
+    since_us: int | None = None
+    until_us: int | None = None
+    erased: bool | None = None
+    encrypted: bool | None = None
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+
+def filter_sql(v: str, f: RecordFilter) -> tuple[list[str], list[Any]]:
+    """The ``where`` conditions over ``records`` of ``f`` and their parameters."""
+    conds: list[str] = []
+    params: list[Any] = []
+    if f.model is not None:
+        conds.append("(records.model_id = %s or records.response_model = %s)")
+        params += [f.model, f.model]
+    for column in ("outcome", "fingerprint"):
+        if getattr(f, column) is not None:
+            conds.append(f"records.{column} = %s")
+            params.append(getattr(f, column))
+    if f.since_us is not None:
+        conds.append("records.occurred_at_us >= %s")
+        params.append(f.since_us)
+    if f.until_us is not None:
+        conds.append("records.occurred_at_us < %s")
+        params.append(f.until_us)
+    if f.encrypted is not None:
+        conds.append(f"records.key_id is {'not ' if f.encrypted else ''}null")
+    if f.erased is not None:
+        conds.append(f"{'' if f.erased else 'not '}exists (select 1 from {v}.erasures e "
+                     f"where e.key_id = records.key_id)")
+    return conds, params
+
+
+def records_sql(v: str, window: str, f: RecordFilter, with_bytes: bool) -> tuple[str, list[Any]]:
+    """A filtered listing: the records of ``window`` (a condition with its own parameters,
+    which come first) that ``f`` keeps, in (stream, seq, log position) order; the caller
+    appends the ``limit`` parameter. Its parameters: ``f``'s, after the window's."""
+    cols = meta_select() + ", " + erased_sql(v)
+    if with_bytes:
+        cols += ", " + ", ".join(BYTES_COLUMNS)
+    conds, params = filter_sql(v, f)
+    where = " and ".join([window, *conds])
+    return (f"select {cols} from {v}.records where {where} "
+            f"order by stream, seq, log_partition, log_offset limit %s", params)
+
+
+def bound_sql(v: str, window: str) -> str:
+    """The (stream, seq) of the ``%s``-th record (offset, 0-based) of ``window`` in
+    (stream, seq) order: where a filtered page stops reading, so that a filter that keeps
+    few records reads a bounded part of the index per request."""
+    return (f"select stream, seq from {v}.records where {window} "
+            f"order by stream, seq offset %s limit 1")

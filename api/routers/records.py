@@ -3,7 +3,9 @@
     GET /streams                          streams the key may read, keyset-paged
     GET /streams/{stream}                 head seq/digest, record count, findings; with
                                           ?after_seq=N&wait_ms=M, once the head passes N
-    GET /streams/{stream}/records         records by seq, keyset-paged (after_seq)
+    GET /streams/{stream}/records         records by seq, keyset-paged (after_seq), filtered
+    GET /records                          records of the streams a pattern names, keyset-paged
+                                          by (stream, seq), filtered
     GET /streams/{stream}/records/{seq}   one record
     GET /events/{event_id}                one record by capture id
     GET /traces/{trace_id}/records        the records of a trace (record contract 2.2)
@@ -17,6 +19,14 @@ record exactly as from a page. A stream outside the key's scope is a 404 like a 
 a list of records of a stream the key may read but that has none (yet) is an empty page,
 never a 404.
 
+The two listings take the same filters (:func:`record_filter`): ``model`` (asked for or
+answered), ``outcome``, ``fingerprint``, ``since``/``until`` (ISO 8601 with an offset, on the
+sealed time ``occurred_at``: from inclusive, to exclusive), ``erased`` and ``encrypted``
+(``true``/``false``). A filtered page reads at most :data:`SCAN_MAX` records of the listing
+(along the ``(stream, seq)`` index, so a filter that keeps few records never scans a whole
+stream in one request): it may hold fewer than ``limit`` records, or none, with a cursor
+that is not null; a client follows the cursor until it is null.
+
 A record by event id is the original (the first with that id by the contract's order, among
 the streams the key may read), never a later copy; ``copies`` says how many other records
 the key may read carry the id, and ``is_copy`` whether the one answered is itself flagged as
@@ -25,24 +35,28 @@ a copy (a ``duplicate_event_id`` finding: its original is in a stream the key ma
 
 import re
 import uuid
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
 from evidence_contract import valid_event_id
 
 from ..deps import Caller, Config, Db, IncludeBytes, Seq, StreamId, Watch, not_found
 from ..errors import InvalidRequest
 from ..models import (
-    EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_PATTERN, TRACE_PATTERN, RecordOut,
-    RecordPage, StreamDetail, StreamList, TraceRecords, finding_dict, head_dict, record_dict,
+    EVENT_PATTERN, FINDINGS_SHOWN, MAX_SEQ, STREAM_GLOB_PATTERN, STREAM_PATTERN, TRACE_PATTERN,
+    RecordList, RecordOut, RecordPage, StreamDetail, StreamList, TraceRecords, finding_dict,
+    head_dict, record_dict,
 )
 from ..params import Digits
 from ..responses import ERRORS
+from ..sql import RecordFilter
 from ..watch import wait_past
 
-__all__ = ["BYTES_PAGE_MAX", "WAIT_MS_MAX", "get_event", "get_record", "get_stream",
-           "list_records", "list_streams", "router", "trace_records"]
+__all__ = ["BYTES_PAGE_MAX", "SCAN_MAX", "WAIT_MS_MAX", "get_event", "get_record", "get_stream",
+           "list_all_records", "list_records", "list_streams", "parse_instant", "record_filter",
+           "router", "trace_records"]
 
 router = APIRouter(tags=["records"], responses=ERRORS)
 
@@ -51,6 +65,82 @@ BYTES_PAGE_MAX = 100
 each may carry megabytes of bodies. The cursor still covers every record."""
 
 Limit = Annotated[int, Query(ge=1, le=1000), Digits]
+
+SCAN_MAX = 10_000
+"""The most records a filtered page reads (module docstring)."""
+
+OUTCOMES = ("COMMITTED", "FAILED", "UNKNOWN")
+_TEXT_PATTERN = r"^[^\x00-\x1f\x7f]{1,256}$"  # one line of text: a model, a fingerprint
+_INSTANT_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,+\-Zz]{2,40}$"
+_BOOL = Query(pattern="^(true|false)$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_instant(text: str, name: str) -> int:
+    """µs since the epoch of an ISO 8601 time that says its offset (``Z`` or ``+hh:mm``);
+    ``InvalidRequest`` naming the parameter otherwise."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidRequest(f"{name} {text[:64]!r} is not an ISO 8601 time (e.g. "
+                             f"2026-12-01T00:00:00Z)") from None
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidRequest(f"{name} {text[:64]!r} has no UTC offset: add Z or +hh:mm")
+    delta = at - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+async def record_filter(
+    model: Annotated[str | None, Query(pattern=_TEXT_PATTERN, description=(
+        "records whose model asked for (model_id) or that answered (response_model) is "
+        "this"))] = None,
+    outcome: Annotated[str | None, Query(pattern=f"^({'|'.join(OUTCOMES)})$")] = None,
+    fingerprint: Annotated[str | None, Query(pattern=_TEXT_PATTERN, description=(
+        "the backend fingerprint the provider answered with"))] = None,
+    since: Annotated[str | None, Query(pattern=_INSTANT_PATTERN, description=(
+        "sealed at or after this ISO 8601 time, with its offset (2026-12-01T00:00:00Z)"))] = None,
+    until: Annotated[str | None, Query(pattern=_INSTANT_PATTERN, description=(
+        "sealed before this ISO 8601 time, with its offset"))] = None,
+    erased: Annotated[str | None, _BOOL, Query(description=(
+        "true: only records whose subject key was erased; false: none of them"))] = None,
+    encrypted: Annotated[str | None, _BOOL, Query(description=(
+        "true: only records sealed under a subject's key (erased since or not); false: only "
+        "plain ones"))] = None,
+) -> RecordFilter:
+    """The listings' filters (module docstring), checked: a time without an offset, or
+    ``since`` after ``until``, is a 422."""
+    since_us = None if since is None else parse_instant(since, "since")
+    until_us = None if until is None else parse_instant(until, "until")
+    if since_us is not None and until_us is not None and since_us > until_us:
+        raise InvalidRequest(f"since ({since}) is after until ({until})")
+    return RecordFilter(model=model, outcome=outcome, fingerprint=fingerprint,
+                        since_us=since_us, until_us=until_us,
+                        erased=None if erased is None else erased == "true",
+                        encrypted=None if encrypted is None else encrypted == "true")
+
+
+Filters = Annotated[RecordFilter, Depends(record_filter)]
+
+
+def _keyset_page(rows: list[tuple[Any, ...]], limit: int
+                 ) -> tuple[list[tuple[Any, ...]], tuple[str, int] | None]:
+    """The page of ``rows`` (up to ``limit + 1`` in (stream, seq) order) and its cursor, or
+    None when ``rows`` held no more. Never ends a page between two copies of a duplicated
+    seq: the cursor is a seq, so the second copy would be skipped. Only a page made of one
+    seq keeps it whole."""
+    page = rows[:limit]
+    if len(rows) <= limit:
+        return page, None
+    boundary = rows[limit][:2]
+    page = [r for r in page if r[:2] != boundary] or page
+    return page, (page[-1][0], page[-1][1])
+
+
+def _like(glob: str) -> str:
+    """A stream pattern (``*`` any characters, ``?`` one) as a LIKE pattern; ``_`` is the
+    only LIKE metacharacter of the stream alphabet."""
+    return glob.replace("_", r"\_").replace("*", "%").replace("?", "_")
+
 
 WAIT_MS_MAX = 30_000
 """The longest ``wait_ms`` a request may ask for; the server waits at most
@@ -98,7 +188,7 @@ async def get_stream(
 @router.get("/streams/{stream}/records", response_model=RecordPage,
             summary="A stream's records in seq order")
 async def list_records(
-    stream: StreamId, key: Caller, db: Db,
+    stream: StreamId, key: Caller, db: Db, filters: Filters,
     after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ,
                                     description="cursor: records after this seq"), Digits] = 0,
     limit: Limit = 100,
@@ -106,12 +196,22 @@ async def list_records(
 ) -> dict[str, Any]:
     """Keyset pagination: pass `next_after_seq` as `after_seq` until it is null. A stream
     the key may read that has no records (yet) is an empty page; `include=bytes` pages hold
-    at most 100 records."""
+    at most 100 records. With a filter (`model`, `outcome`, `fingerprint`, `since`, `until`,
+    `erased`, `encrypted`), a page reads at most 10,000 records of the stream: it may hold
+    fewer than `limit`, or none, with a `next_after_seq` to follow."""
     if not key.scope.allows(stream):
         raise not_found(f"stream {stream}")
     with_bytes = include == "bytes"
     if with_bytes:
         limit = min(limit, BYTES_PAGE_MAX)
+    if filters:
+        rows, bound = await db.stream_records(stream, after_seq, filters, limit + 1,
+                                              with_bytes, SCAN_MAX)
+        page, cursor = _keyset_page(rows, limit)
+        cursor = cursor or bound
+        policy = await db.redaction() if with_bytes else None
+        return {"stream": stream, "records": [record_dict(r, policy) for r in page],
+                "next_after_seq": None if cursor is None else cursor[1]}
     rows = await db.page(stream, after_seq, limit + 1, with_bytes)
     page, next_after = rows[:limit], None
     if len(rows) > limit:
@@ -124,6 +224,41 @@ async def list_records(
     policy = await db.redaction() if with_bytes else None
     return {"stream": stream, "records": [record_dict(r, policy) for r in page],
             "next_after_seq": next_after}
+
+
+@router.get("/records", response_model=RecordList,
+            summary="Records of the streams a pattern names, in (stream, seq) order")
+async def list_all_records(
+    key: Caller, db: Db, filters: Filters,
+    stream: Annotated[str, Query(pattern=STREAM_GLOB_PATTERN, description=(
+        "a stream id, or a pattern of one: `*` any characters, `?` one (`acme:*`); only the "
+        "streams the key may read are listed"))] = "*",
+    after_stream: Annotated[str | None, Query(pattern=STREAM_PATTERN, description=(
+        "cursor, with after_seq: records after this stream's record after_seq"))] = None,
+    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description=(
+        "cursor, with after_stream"), ), Digits] = None,
+    limit: Limit = 100,
+    include: IncludeBytes = None,
+) -> dict[str, Any]:
+    """Keyset pagination by (stream, seq): pass `next_after` as `after_stream` and
+    `after_seq` until it is null. The streams outside the key's scope are not listed (no
+    404: a pattern names streams that may not exist). Takes the filters of
+    `/streams/{stream}/records`; a page reads at most 10,000 records of the listing, so it
+    may hold fewer than `limit`, or none, with a `next_after` to follow."""
+    if (after_stream is None) != (after_seq is None):
+        raise InvalidRequest("the cursor is after_stream and after_seq together (the "
+                             "next_after of the previous page)")
+    with_bytes = include == "bytes"
+    if with_bytes:
+        limit = min(limit, BYTES_PAGE_MAX)
+    after = None if after_stream is None else (after_stream, int(after_seq or 0))
+    rows, bound = await db.scoped_records(key.scope, _like(stream), after, filters, limit + 1,
+                                          with_bytes, SCAN_MAX)
+    page, cursor = _keyset_page(rows, limit)
+    cursor = cursor or bound
+    policy = await db.redaction() if with_bytes else None
+    return {"stream": stream, "records": [record_dict(r, policy) for r in page],
+            "next_after": None if cursor is None else {"stream": cursor[0], "seq": cursor[1]}}
 
 
 @router.get("/streams/{stream}/records/{seq}", response_model=RecordOut,

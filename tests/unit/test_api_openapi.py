@@ -18,6 +18,9 @@ tlog-tiles read of the deployment log and of each stream's tree (``/log/checkpoi
 and the bundles' path to a witnessed deployment checkpoint (``log``, ``log_reason``; its two
 schemas ``BundleLog`` and ``LogInclusion``). Issue 26 added the verify body's ``basis``
 (``bijotel``: a mapped record's BIJOTEL claim) and BIJOTEL's answer, ``BijotelReplayOut``.
+Issue 27 added the record listings' filters (``model``, ``outcome``, ``fingerprint``,
+``since``, ``until``, ``erased``, ``encrypted``) and ``GET /records`` (a stream pattern, paged
+by (stream, seq); ``RecordList``, ``RecordCursor``).
 """
 
 import pytest
@@ -53,8 +56,15 @@ OPERATIONS = [
      ("path:stream", "query:after_seq", "query:wait_ms"), {"200": "StreamDetail", **GUARDED},
      True),
     ("GET", "/streams/{stream}/records", "list_records_streams__stream__records_get",
-     ["records"], ("path:stream", "query:after_seq", "query:include", "query:limit"),
+     ["records"], ("path:stream", "query:after_seq", "query:encrypted", "query:erased",
+                   "query:fingerprint", "query:include", "query:limit", "query:model",
+                   "query:outcome", "query:since", "query:until"),
      {"200": "RecordPage", **GUARDED}, True),
+    ("GET", "/records", "list_all_records_records_get", ["records"],
+     ("query:after_seq", "query:after_stream", "query:encrypted", "query:erased",
+      "query:fingerprint", "query:include", "query:limit", "query:model", "query:outcome",
+      "query:since", "query:stream", "query:until"),
+     {"200": "RecordList", **GUARDED}, True),
     ("GET", "/streams/{stream}/records/{seq}", "get_record_streams__stream__records__seq__get",
      ["records"], ("path:seq", "path:stream", "query:include"),
      {"200": "RecordOut", **GUARDED}, True),
@@ -147,6 +157,8 @@ SCHEMAS = {
                      "span_digest", "content_from", "rebuilt", "corroborates", "claims"),
     "TooManyBody": ("error", "message", "limit", "setting"),
     "TraceOut": ("trace_id", "span_id"),
+    "RecordCursor": ("stream", "seq"),
+    "RecordList": ("stream", "records", "next_after"),
     "TraceRecords": ("trace_id", "records", "more"),
     "VerifyResponse": ("match", "original_hash", "replay_hash", "compared", "deterministic",
                        "model_version", "stream", "seq", "reason", "bijotel"),
