@@ -62,47 +62,42 @@ def _shoot(page: Any, out: Path, name: str, scheme: str) -> Path:
     return path
 
 
-def take(url: str, key: str, out: Path, stream: str | None = None) -> list[Path]:
-    """Log in to the pages at ``url`` with ``key`` and write the screenshots into ``out``;
-    returns their paths."""
-    from playwright.sync_api import sync_playwright
-
+def take(browser: Any, url: str, key: str, out: Path, stream: str | None = None) -> list[Path]:
+    """Log in to the pages at ``url`` with ``key`` in ``browser`` (a Playwright ``Browser``,
+    :func:`tools.browser.launch`) and write the screenshots into ``out``; their paths."""
     stream, seq = _first_record(url, key, stream)
-    record = f"/ui/streams/{quote(stream, safe='')}/records/{seq}"
+    record = f"/ui/streams/{stream}/records/{seq}"
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    with sync_playwright() as pw:
-        browser = launch(pw)
+    for scheme in SCHEMES:
+        context = browser.new_context(color_scheme=scheme, viewport=VIEWPORT)
         try:
-            for scheme in SCHEMES:
-                context = browser.new_context(color_scheme=scheme, viewport=VIEWPORT)
-                context.set_default_timeout(30_000)
-                page = context.new_page()
-                page.goto(url + "/ui/login")
-                page.fill("#key", key)
-                page.click("form.stack button[type=submit]")
-                page.wait_for_url(url + "/ui/")
-                written.append(_shoot(page, out, "streams", scheme))
+            context.set_default_timeout(30_000)
+            page = context.new_page()
+            page.goto(url + "/ui/login")
+            page.fill("#key", key)
+            page.click("main form button[type=submit]")
+            page.wait_for_url(url + "/ui/")
+            written.append(_shoot(page, out, "streams", scheme))
 
-                page.goto(url + record)
-                written.append(_shoot(page, out, "record", scheme))
+            page.goto(url + record)
+            written.append(_shoot(page, out, "record", scheme))
 
-                page.goto(url + f"/ui/verify?stream={quote(stream)}&seq={seq}")
-                page.fill("#output", "a replayed output that differs")
-                page.click("main form button[type=submit]")
-                page.wait_for_selector("#verdict")
-                written.append(_shoot(page, out, "verify", scheme))
+            page.goto(url + f"/ui/verify?stream={quote(stream)}&seq={seq}")
+            page.fill("#output", "a replayed output that differs")
+            page.click("main form button[type=submit]")
+            page.wait_for_selector("#verdict")
+            written.append(_shoot(page, out, "verify", scheme))
 
-                page.goto(url + f"/ui/audit?stream={quote(stream)}")
-                page.click("main form button[type=submit]")
-                page.wait_for_selector("#verdict, #audit-error", timeout=120_000)
-                written.append(_shoot(page, out, "audit", scheme))
+            page.goto(url + f"/ui/audit?stream={quote(stream)}")
+            page.click("main form button[type=submit]")
+            page.wait_for_selector("#verdict, #audit-error", timeout=120_000)
+            written.append(_shoot(page, out, "audit", scheme))
 
-                page.goto(url + f"/ui/fidelity?stream={quote(stream)}&seq={seq}")
-                written.append(_shoot(page, out, "fidelity", scheme))
-                context.close()
+            page.goto(url + f"/ui/fidelity?stream={quote(stream)}&seq={seq}")
+            written.append(_shoot(page, out, "fidelity", scheme))
         finally:
-            browser.close()
+            context.close()
     return written
 
 
@@ -118,7 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.key:
         parser.error("no API key: run `make up`, or give --key")
-    for path in take(args.url.rstrip("/"), args.key, args.out, args.stream):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            written = take(browser, args.url.rstrip("/"), args.key, args.out, args.stream)
+        finally:
+            browser.close()
+    for path in written:
         print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
     return 0
 

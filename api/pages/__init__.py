@@ -15,6 +15,8 @@ server (the browser holds a session id in an HttpOnly, Secure, SameSite=Strict c
     login          GET/POST /ui/login, POST /ui/logout
     streams        GET /ui/, /ui/streams/{stream}, /ui/search
     record         GET /ui/streams/{stream}/records/{seq} and its /bundle download
+    toolbox        /ui/verify, /ui/fidelity, /ui/audit: a replay verified, replay fidelity,
+                   a stream's audit with progress, each by its JSON route's own handler
     fallback       any other /ui/ path: the 404 page
 
 :func:`install` adds them to an app (``api.app.create_app`` calls it): the static files at
@@ -30,12 +32,12 @@ from typing import Any
 
 from fastapi.staticfiles import StaticFiles
 
-from . import fallback, login, record, streams
+from . import fallback, login, record, streams, toolbox
 from .web import PREFIX, SECURITY_HEADERS
 
 __all__ = ["PREFIX", "ROUTERS", "install"]
 
-ROUTERS = (login.router, streams.router, record.router)
+ROUTERS = (login.router, streams.router, record.router, toolbox.router)
 """The pages' routers, in the order they are matched (the fallback comes after them all)."""
 
 

@@ -39,7 +39,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.datastructures import UploadFile
-from starlette.requests import Request as StarletteRequest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from evidence_contract import valid_event_id
 
@@ -83,7 +83,7 @@ def internal_request(request: Request, path: str, body: bytes) -> Request:
     scope = {**request.scope, "method": "POST", "path": path, "raw_path": path.encode(),
              "query_string": b"", "headers": [(b"content-type", b"application/json"),
                                               (b"content-length", str(len(body)).encode())]}
-    return StarletteRequest(scope, receive)  # type: ignore[return-value]
+    return Request(scope, receive)
 
 
 def _invalid(e: RequestValidationError) -> str:
@@ -122,10 +122,8 @@ async def posted_upload(request: Request, session: Session, max_bytes: int
                         files[name] = await value.read()
                 else:
                     fields[name] = value
-    except ApiError:
-        raise
-    except Exception as e:  # noqa: BLE001 - python-multipart's and Starlette's parse errors
-        raise PageError(400, f"The form could not be read: {e}") from None
+    except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
+        raise PageError(400, f"The form could not be read: {e.detail}") from None
     if not token_matches(session.csrf, fields.get("csrf")):
         raise Forbidden("Refused: the form's CSRF token is missing or not this session's. "
                         "Reload the page and send the form again.")
@@ -223,8 +221,6 @@ async def fidelity_record(request: Request, visitor: Visitor, db: Db, stream: st
             report = await _record_fidelity(visitor.key, db, **values)
         except ValueError as e:
             problem, status = str(e), 422
-        except ApiError as e:
-            problem, status = e.message, e.status
     return render(request, "fidelity.html", status, visitor, values=values, report=report,
                   manifest=None, problem=problem, manifest_problems=None, manifest_text="")
 

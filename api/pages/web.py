@@ -46,6 +46,9 @@ PREFIX = "/ui"
 
 NAV: tuple[tuple[str, str], ...] = (
     (f"{PREFIX}/", "Streams"),
+    (f"{PREFIX}/verify", "Verify a replay"),
+    (f"{PREFIX}/fidelity", "Fidelity"),
+    (f"{PREFIX}/audit", "Audit"),
 )
 """The header's links, in order: (path, label)."""
 
