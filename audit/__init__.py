@@ -8,6 +8,10 @@
   read of the log: which of them the log supports (``evidence projections rebuild``).
 - :class:`StreamAudit` — one stream re-verified from its projection rows
   (``GET /streams/{stream}/audit``).
+- ``audit.range_run`` — one stream's range (``audit.range_spec``) audited from a verified
+  checkpoint, reading only its records (``audit.range_audit``, pure): ``evidence audit
+  --stream S --seq A..B``; ``audit.range_export`` — such a range as one bundle and its offline
+  check (``evidence export``, ``evidence verify``).
 - ``audit.export`` — one record with the ``printf``/``sha256sum`` commands that re-verify it
   (``evidence export``); ``audit.harness`` — the divergence harness (``evidence harness``,
   docs/harness.md).

@@ -126,6 +126,9 @@ class RangeReport:
     erased: int = 0
     head: int | None = None
     """The stream's last seq as the projection has it (untrusted: only said, not checked)."""
+    passed_over: list[int] = field(default_factory=list)
+    """Sizes of larger signed checkpoints whose root the projection's tree does not
+    reproduce: the range was checked against a smaller one (:mod:`audit.range_run`)."""
 
     @property
     def clean(self) -> bool:
@@ -165,7 +168,8 @@ class RangeReport:
                       "records_after_checkpoint": not_covered},
             "checkpoint": {"source": self.checkpoint.source, "origin": cp.origin,
                            "tree_size": cp.size, "root": cp.root_hash.hex(),
-                           "cosigners": list(self.checkpoint.cosigners)},
+                           "cosigners": list(self.checkpoint.cosigners),
+                           "passed_over": list(self.passed_over)},
             "read": {"records": self.records,
                      "before": before[0] if before else None,
                      "after": after[0] if after else None,

@@ -5,8 +5,9 @@ In order, each step's input checked before it is used:
 1. the checkpoint: a witnessed note the auditor kept (``--checkpoint FILE``), else the
    largest of the stream's checkpoints in the projection (with the cosignatures it holds)
    that the log key signed, cosigned by one of the witness keys when any are given, exactly
-   as the full audit opens a witnessed checkpoint (:func:`audit.tlog.open_witnessed`). One
-   that does not verify is a ``checkpoint_invalid`` finding and the next largest is tried;
+   as the full audit opens a witnessed checkpoint (:func:`audit.tlog.open_witnessed`), and
+   whose root the projection's tree reproduces (those passed over are reported). One that
+   does not verify is a ``checkpoint_invalid`` finding and the next largest is tried;
 2. the span of seqs, placed in that checkpoint's tree (:meth:`RangeSpec.place`): a seq range
    past it is a :class:`~audit.range_spec.RangeError` naming the stream's head;
 3. the records' log positions from the projection, the messages at those positions from the
@@ -52,9 +53,11 @@ class RangeRun:
     """The checkpoint's note, byte for byte, with the cosignature lines it came with."""
 
 
-def _checkpoint(database_url: str, views: str, stream: str, log_key: VerifierKey,
+def _candidates(database_url: str, views: str, stream: str, log_key: VerifierKey,
                 witness_keys: Sequence[VerifierKey], kept: tuple[bytes, str] | None,
-                findings: list[Finding]) -> tuple[Witnessed, bytes]:
+                findings: list[Finding]) -> list[tuple[Witnessed, bytes]]:
+    """The checkpoints the range may start from, largest first, each verified: the one kept,
+    else the projection's that the log key signed (and a witness key cosigned, when given)."""
     from audit.projection_db import stream_checkpoints
 
     keys = list(witness_keys)
@@ -66,7 +69,8 @@ def _checkpoint(database_url: str, views: str, stream: str, log_key: VerifierKey
             raise AuditError(f"the checkpoint {source} does not verify: {e}") from e
         if w.stream != stream:
             raise AuditError(f"the checkpoint {source} is of stream {w.stream}, not {stream}")
-        return w, note
+        return [(w, note)]
+    out = []
     for size, note in stream_checkpoints(database_url, stream, views):
         try:
             w = open_witnessed(note, log_key, keys, f"projection (tree size {size})", False)
@@ -80,12 +84,49 @@ def _checkpoint(database_url: str, views: str, stream: str, log_key: VerifierKey
             findings.append(Finding(CHECKPOINT_INVALID, stream, size,
                                     f"the projection files a checkpoint of {w.stream} under "
                                     f"{stream}"))
-        elif w.cosigners or not keys:
-            return w, note  # else signed, not cosigned by these witnesses: an older one may be
-    cosigned = " cosigned by a witness key given" if keys else ""
-    raise AuditError(f"the projection holds no checkpoint of {stream} signed by the log key "
-                     f"{log_key.name}{cosigned}: none is signed before the stream's first "
-                     "record, and a witness cosigns only what it was shown")
+        elif w.cosigners or not keys:  # else signed, not cosigned by these witnesses
+            out.append((w, note))
+    if not out:
+        cosigned = " cosigned by a witness key given" if keys else ""
+        raise AuditError(f"the projection holds no checkpoint of {stream} signed by the log "
+                         f"key {log_key.name}{cosigned}: none is signed before the stream's "
+                         "first record, and a witness cosigns only what it was shown")
+    return out
+
+
+def _choose(database_url: str, views: str, stream: str,
+            candidates: list[tuple[Witnessed, bytes]], spec: RangeSpec
+            ) -> tuple[Witnessed, bytes, list[int]]:
+    """The largest candidate whose root the projection's tree reproduces (its proofs can
+    then lead there), and the sizes passed over. A record the projection took for another
+    of its seq (one not sealed by the writer, say) makes every later tree another: a range
+    before it is still proved in the checkpoints signed before it. A seq range past that
+    one takes the smallest checkpoint that covers it, and its proofs say what fails."""
+    from audit.projection_db import tree_nodes
+    from evidence_contract.merkle import root_from, root_nodes
+
+    wanted = list(dict.fromkeys(n for w, _ in candidates for n in root_nodes(w.checkpoint.size)))
+    nodes = tree_nodes(database_url, stream, wanted, views)
+
+    def reproduced(w: Witnessed) -> bool:
+        try:
+            return root_from(w.checkpoint.size,
+                             lambda lv, i: nodes[(lv, i)]) == w.checkpoint.root_hash
+        except KeyError:
+            return False
+
+    passed: list[int] = []
+    chosen = None
+    for w, note in candidates:
+        if reproduced(w):
+            chosen = (w, note)
+            break
+        passed.append(w.checkpoint.size)
+    need = spec.seqs.last if spec.seqs is not None else 1
+    if chosen is None or chosen[0].checkpoint.size < need:
+        covering = [c for c in candidates if c[0].checkpoint.size >= need] or candidates[:1]
+        chosen, passed = covering[-1], []
+    return chosen[0], chosen[1], passed
 
 
 def run_range_audit(bootstrap: str, names: TopicNames, database_url: str, stream: str,
@@ -100,7 +141,9 @@ def run_range_audit(bootstrap: str, names: TopicNames, database_url: str, stream
     from audit.projection_db import head_seq, range_erasures, range_rows, time_span, tree_nodes
 
     early: list[Finding] = []
-    witnessed, note = _checkpoint(database_url, views, stream, log_key, witness_keys, kept, early)
+    witnessed, note, passed = _choose(
+        database_url, views, stream,
+        _candidates(database_url, views, stream, log_key, witness_keys, kept, early), spec)
     size = witnessed.checkpoint.size
     head = head_seq(database_url, stream, views)
     try:
@@ -124,7 +167,7 @@ def run_range_audit(bootstrap: str, names: TopicNames, database_url: str, stream
     receipts, erased = _receipts(range_erasures(database_url, stream, lo, hi, views), log_key)
     report = check_range(stream, spec, span, witnessed, located, messages,
                          lambda level, index: nodes[(level, index)], erased_keys=erased)
-    report.head = head
+    report.head, report.passed_over = head, passed
     report.findings = early + report.findings
     return RangeRun(report, receipts, note)
 

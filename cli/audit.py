@@ -252,6 +252,11 @@ def _print_range_summary(report) -> None:
           + (f", seq {read['before']} before it" if read["before"] else "")
           + (f", seq {read['after']} after it" if read["after"] else "")
           + f"; {len(read['positions']):,} log messages, nothing else of the log")
+    if cp["passed_over"]:
+        print(f"passed over: the projection's tree does not reproduce the larger signed "
+              f"checkpoint(s) of size {', '.join(map(str, cp['passed_over']))}; the range is "
+              f"checked against size {cp['tree_size']}, the largest it does (the full "
+              f"`evidence audit` says why)")
     after = d["range"]["records_after_checkpoint"]
     if after:
         print(f"not covered: {after:,} records after the checkpoint's size (the projection's "
