@@ -1,12 +1,18 @@
-"""The toolbox pages' pure parts: the verify form as the JSON body of POST /replay/verify, and
-the audits a process keeps."""
+"""The toolbox pages' pure parts: the verify form as the JSON body of POST /replay/verify, the
+audits a process keeps, and an audit's progress page."""
 
+import asyncio
 import base64
+from types import SimpleNamespace
 
 import pytest
+from starlette.requests import Request
 
 from api.auth import ApiKey, Scope
+from api.pages import toolbox
+from api.pages.sessions import Session
 from api.pages.toolbox import Audit, Audits, verify_body
+from api.pages.web import PageError
 
 EVENT = "0190a8f2-7a3c-7cc1-8e4f-1a2b3c4d5e6f"
 
@@ -73,3 +79,40 @@ def test_findings_are_reported_within_the_seq_range_asked_for():
                     "projector_findings": [{"kind": "projection_altered", "seq": 6},
                                            {"kind": "head_mismatch", "seq": None}]}
     assert [f["kind"] for f in audit.findings()] == ["broken_link", "head_mismatch"]
+
+
+def page_request(path: str) -> Request:
+    app = SimpleNamespace(state=SimpleNamespace())
+    return Request({"type": "http", "method": "GET", "path": path, "query_string": b"",
+                    "headers": [], "app": app, "scheme": "http",
+                    "server": ("127.0.0.1", 8000)})
+
+
+def test_a_running_audits_page_reloads_itself_and_says_how_far_it_got_then_stops():
+    alice = key("alice")
+    request = page_request("/ui/audit/a1")
+    audit = Audit("a1", alice.digest, "acme:x", None, None, 10)
+    audit.checked = 3
+    toolbox._audits(request).add(audit)
+    session = Session(alice, "token", 0.0)
+
+    response = asyncio.run(toolbox.audit_page(request, "a1", session))
+    html = response.body.decode()
+    assert response.headers["refresh"] == "1"
+    assert "Checked 3 records of 10." in html and '<progress max="10" value="3"' in html
+
+    audit.result = {"records": 10, "last_seq": 10, "clean": True, "findings_by_kind": {},
+                    "findings": [], "projector_findings": [], "projector_findings_count": 0,
+                    "output_digest_checks": {"extracted": 10}, "encrypted_records": 0,
+                    "erased_records": 0}
+    response = asyncio.run(toolbox.audit_page(request, "a1", session))
+    assert "refresh" not in response.headers
+    assert "Clean: no findings" in response.body.decode()
+
+
+def test_another_keys_audit_is_not_found():
+    request = page_request("/ui/audit/a1")
+    toolbox._audits(request).add(Audit("a1", key("alice").digest, "acme:x", None, None, 1))
+    with pytest.raises(PageError) as e:
+        asyncio.run(toolbox.audit_page(request, "a1", Session(key("bob"), "t", 0.0)))
+    assert e.value.status == 404
