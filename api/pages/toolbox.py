@@ -137,7 +137,9 @@ def verify_body(fields: dict[str, str], files: dict[str, bytes]) -> dict[str, An
     sentence for the reader when the form does not name one record and one replay.
 
     A browser sends a textarea's line breaks as CRLF whatever was pasted: they are turned back
-    into LF unless ``crlf`` is checked (a file's bytes are compared as they are)."""
+    into LF unless ``crlf`` is checked (a file's bytes are compared as they are). ``basis``
+    ``bijotel`` compares the text with a mapped record's BIJOTEL claim instead (the route
+    says when a record has none)."""
     stream, seq = fields.get("stream", "").strip(), fields.get("seq", "").strip()
     event_id = fields.get("event_id", "").strip()
     body: dict[str, Any] = {}
@@ -165,12 +167,14 @@ def verify_body(fields: dict[str, str], files: dict[str, bytes]) -> dict[str, An
     else:
         raise ValueError("Paste the replayed output text, or choose a file with the replayed "
                          "response's bytes.")
+    if fields.get("basis") == "bijotel":  # BIJOTEL's claim instead of the record's digest
+        body["basis"] = "bijotel"
     return body
 
 
 def _verify_form(request: Request, session: Session, status: int = 200, **context: Any
                  ) -> Response:
-    values = {"stream": "", "seq": "", "event_id": "", **context.pop("values", {})}
+    values = {"stream": "", "seq": "", "event_id": "", "basis": "", **context.pop("values", {})}
     return render(request, "verify.html", status, session, values=values,
                   max_bytes=request.app.state.settings.max_body_bytes,
                   result=context.pop("result", None), problem=context.pop("problem", None),
@@ -189,7 +193,7 @@ async def verify_post(request: Request, visitor: Visitor, db: Db, metrics: Metri
                       ) -> Response:
     settings = request.app.state.settings
     fields, files = await posted_upload(request, visitor, settings.max_body_bytes)
-    values = {k: fields.get(k, "").strip() for k in ("stream", "seq", "event_id")}
+    values = {k: fields.get(k, "").strip() for k in ("stream", "seq", "event_id", "basis")}
     try:
         body = verify_body(fields, files)
     except ValueError as e:

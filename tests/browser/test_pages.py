@@ -170,6 +170,15 @@ def test_verify_a_matching_and_a_mismatching_replay_as_the_route_answers(site, m
     assert tab.page.inner_text("#verdict").strip() == "MATCH"
     assert "response_digest" in tab.page.inner_text("main")
 
+    # On BIJOTEL's basis, a record captured at the wire has no claim: the route says so.
+    tab.open("/ui/verify")
+    tab.page.fill("#event_id", first["event_id"])
+    tab.page.fill("#output", "echo: question 1 ✓")
+    tab.page.select_option("#basis", "bijotel")
+    tab.page.click("main form button[type=submit]")
+    tab.page.wait_for_selector("#problem")
+    assert "carries no bijotel.replay.output_hash claim" in tab.page.inner_text("#problem")
+
     # A form that names no record is answered on the page, never a 5xx.
     verify(tab, output="x")
     assert "Name the record" in tab.page.inner_text("#problem")

@@ -27,6 +27,12 @@ def test_crlf_is_kept_when_asked():
     assert body == {"event_id": EVENT, "replayed_output": "a\r\nb"}
 
 
+def test_bijotels_basis_is_asked_for_only_by_its_name():
+    assert verify_body({"event_id": EVENT, "output": "x", "basis": "bijotel"}, {})["basis"] \
+        == "bijotel"
+    assert "basis" not in verify_body({"event_id": EVENT, "output": "x", "basis": "other"}, {})
+
+
 def test_an_uploaded_response_is_sent_as_its_exact_bytes():
     raw = b"\x00\xff{\"x\": 1}\r\n"
     body = verify_body({"event_id": EVENT}, {"response": raw})
