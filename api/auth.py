@@ -178,6 +178,11 @@ class Keyring:
     def names(self) -> list[str]:
         return [k.name for k in self._keys]
 
+    def by_digest(self, digest: bytes) -> ApiKey | None:
+        """The key whose SHA-256 is ``digest`` (a stored page session's key), or None once it
+        is no longer configured."""
+        return next((k for k in self._keys if k.digest == digest), None)
+
     def lookup(self, presented: str) -> ApiKey | None:
         d = _digest(presented)
         found = None

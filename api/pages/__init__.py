@@ -7,7 +7,8 @@ server (the browser holds a session id in an HttpOnly, Secure, SameSite=Strict c
     web            what every page route shares: :func:`~api.pages.web.render`, the route
                    class :class:`~api.pages.web.PageRoute` (security headers, errors as
                    pages), the session dependency ``Visitor``, :func:`posted_form` (CSRF)
-    sessions       the server-side session store (pure)
+    sessions       what a session is and a store offers, the in-memory store (pure)
+    session_table  the session store in PostgreSQL, shared by every server process
     csrf           Origin/Referer and synchronizer-token checks (pure)
     bodies         a request or response body as text, JSON, SSE events or hex (pure)
     verification   a record's verification step by step, over the contract's checks (pure)

@@ -9,8 +9,9 @@ Two checks, both required on every POST of the pages:
 2. **Synchronizer token.** The form carries the token of the session it is posted in
    (``csrf``, a hidden field the templates put in every form), compared in constant time
    (:func:`token_matches`). The login form has no session yet: it carries a token the
-   process signed (:class:`LoginTokens`: an HMAC of its issue time under a per-process key,
-   good for an hour), so a login cannot be posted from a page this server did not serve.
+   server signed (:class:`LoginTokens`: an HMAC of its issue time under the session store's
+   key, the same in every server process, good for an hour), so a login cannot be posted
+   from a page this server did not serve.
 
 GET never changes state, so it needs neither. The session cookie is SameSite=Strict as a
 third line: a cross-site request does not carry it at all.

@@ -37,10 +37,10 @@ def safe_next(target: str | None) -> str:
 @router.get("/login")
 async def login_form(request: Request, next: Annotated[str | None, Query(  # noqa: A002
         max_length=2000)] = None) -> Response:
-    session = current_session(request)
+    session = await current_session(request)
     if session is not None:
         return RedirectResponse(safe_next(next), status_code=303)
-    return render(request, "login.html", token=login_tokens(request).issue(),
+    return render(request, "login.html", token=(await login_tokens(request)).issue(),
                   next=safe_next(next), problem=None)
 
 
@@ -50,19 +50,19 @@ async def login(request: Request) -> Response:
     target = safe_next(fields.get("next"))
     key = request.app.state.settings.keyring.lookup(fields.get("key", "").strip())
     if key is None:
-        return render(request, "login.html", 401, token=login_tokens(request).issue(),
+        return render(request, "login.html", 401, token=(await login_tokens(request)).issue(),
                       next=target, problem="That API key is not one this API knows.")
     store = sessions(request)
-    store.end(request.cookies.get(COOKIE))  # a login replaces the browser's session
+    await store.end(request.cookies.get(COOKIE))  # a login replaces the browser's session
     response = RedirectResponse(target, status_code=303)
-    response.headers["Set-Cookie"] = cookie_header(store.start(key), int(store.absolute))
+    response.headers["Set-Cookie"] = cookie_header(await store.start(key), int(store.absolute))
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request, visitor: Visitor) -> Response:
     await posted_form(request, visitor)
-    sessions(request).end(request.cookies.get(COOKIE))
+    await sessions(request).end(request.cookies.get(COOKIE))
     response = RedirectResponse(f"{PREFIX}/login", status_code=303)
     response.headers["Set-Cookie"] = expired_cookie_header()
     return response

@@ -9,7 +9,8 @@
   its status with its message, a request without a session a redirect to the login page.
 - :data:`Visitor`: the dependency that gives a page route the browser's
   :class:`~api.pages.sessions.Session` (and so its :class:`~api.auth.ApiKey`: ``visitor.key``,
-  the same scope as the JSON API's ``Caller``).
+  the same scope as the JSON API's ``Caller``), read from the session store in PostgreSQL
+  (:mod:`api.pages.session_table`) once per request.
 - :func:`posted_form`: a POST's ``application/x-www-form-urlencoded`` fields, once the
   request has passed the CSRF checks of :mod:`api.pages.csrf` (403 page otherwise).
 
@@ -33,6 +34,7 @@ from server.logs import event_logger
 
 from ..errors import ApiError
 from .csrf import LoginTokens, origin_problem, token_matches
+from .session_table import PostgresSessionStore
 from .sessions import COOKIE, Session, SessionStore
 
 __all__ = ["NAV", "PREFIX", "SECURITY_HEADERS", "Forbidden", "LoginRequired", "PageError",
@@ -96,29 +98,40 @@ class LoginRequired(Exception):
 
 
 def sessions(request: Request) -> SessionStore:
-    """The app's session store, made on first use (no state at import)."""
+    """The app's session store, made on first use (no state at import): in PostgreSQL, the
+    same for every server process, unless one was set on ``app.state.page_sessions``."""
     state = request.app.state
     store = getattr(state, "page_sessions", None)
     if store is None:
-        store = state.page_sessions = SessionStore()
+        store = state.page_sessions = PostgresSessionStore(state.db, state.settings.keyring)
     return store
 
 
-def login_tokens(request: Request) -> LoginTokens:
+async def login_tokens(request: Request) -> LoginTokens:
+    """The login forms' tokens, signed with the session store's secret (every process's)."""
     state = request.app.state
     tokens = getattr(state, "page_login_tokens", None)
     if tokens is None:
-        tokens = state.page_login_tokens = LoginTokens()
+        tokens = state.page_login_tokens = LoginTokens(
+            secret=await sessions(request).login_secret())
     return tokens
 
 
-def current_session(request: Request) -> Session | None:
-    """The request's live session, or None (no cookie, unknown, expired)."""
-    return sessions(request).get(request.cookies.get(COOKIE))
+_UNREAD = object()
+
+
+async def current_session(request: Request) -> Session | None:
+    """The request's live session, or None (no cookie, unknown, expired); read once a
+    request."""
+    session = getattr(request.state, "page_session", _UNREAD)
+    if session is _UNREAD:  # None is an answer too: no session
+        session = request.state.page_session = await sessions(request).get(
+            request.cookies.get(COOKIE))
+    return session
 
 
 async def page_session(request: Request) -> Session:
-    session = current_session(request)
+    session = await current_session(request)
     if session is None:
         raise LoginRequired()
     return session
@@ -136,17 +149,21 @@ def render(request: Request, template: str, status: int = 200,
     return HTMLResponse(html, status_code=status)
 
 
-def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+async def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    try:
+        session = await current_session(request)
+    except ApiError:  # the database is away: the error page without the header's logout
+        session = None
     titles = {400: "Bad request", 401: "Not logged in", 403: "Refused", 404: "Not found",
               409: "Conflict", 410: "Erased", 413: "Too large", 422: "Bad request",
               429: "Too many requests", 503: "Unavailable"}
-    return render(request, "error.html", status, current_session(request),
+    return render(request, "error.html", status, session,
                   title=titles.get(status, "Error"), code=status, message=message)
 
 
-def not_found_page(request: Request) -> HTMLResponse:
+async def not_found_page(request: Request) -> HTMLResponse:
     """The one 404 page: a missing record and one outside the key's streams look alike."""
-    return error_page(request, 404, "There is nothing here that this API key may read.")
+    return await error_page(request, 404, "There is nothing here that this API key may read.")
 
 
 def _login_redirect(request: Request) -> Response:
@@ -166,23 +183,23 @@ class PageRoute(APIRoute):
             except LoginRequired:
                 response = _login_redirect(request)
             except RequestValidationError:
-                response = not_found_page(request)  # a malformed path names nothing
+                response = await not_found_page(request)  # a malformed path names nothing
             except PageError as e:
-                response = (not_found_page(request) if e.status == 404
-                            else error_page(request, e.status, e.message))
+                response = (await not_found_page(request) if e.status == 404
+                            else await error_page(request, e.status, e.message))
             except ApiError as e:
-                response = (not_found_page(request) if e.status == 404
-                            else error_page(request, e.status, e.message))
+                response = (await not_found_page(request) if e.status == 404
+                            else await error_page(request, e.status, e.message))
                 for name, value in (e.headers or {}).items():
                     if name.lower() == "retry-after":
                         response.headers[name] = value
             except StarletteHTTPException as e:
-                response = (not_found_page(request) if e.status_code == 404
-                            else error_page(request, e.status_code, str(e.detail)))
+                response = (await not_found_page(request) if e.status_code == 404
+                            else await error_page(request, e.status_code, str(e.detail)))
             except Exception as e:  # noqa: BLE001 - a page, never a traceback
                 log("error", "page_error", path=request.url.path, exc_info=e)
-                response = error_page(request, 500, "Internal error; the API log has the "
-                                                    "details.")
+                response = await error_page(request, 500, "Internal error; the API log has the "
+                                                          "details.")
             response.headers.update(SECURITY_HEADERS)
             return response
 
@@ -207,7 +224,7 @@ async def posted_form(request: Request, session: Session | None) -> dict[str, st
         raise PageError(400, "The form's fields are not valid URL-encoded UTF-8.") from None
     token = fields.get("csrf")
     ok = (token_matches(session.csrf, token) if session is not None
-          else login_tokens(request).valid(token))
+          else (await login_tokens(request)).valid(token))
     if not ok:
         raise Forbidden("Refused: the form's CSRF token is missing or not this session's. "
                         "Reload the page and send the form again.")

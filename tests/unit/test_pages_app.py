@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.auth import Keyring
 from api.config import Settings
-from api.pages.sessions import COOKIE
+from api.pages.sessions import COOKIE, MemorySessionStore
 
 KEY = "Zq3x9Lm2Pv8Rt5Wy1Bn7Cd4Fg6Hj0Ks2Qe"
 HOST = "https://pages.test"
@@ -22,8 +22,10 @@ HOST = "https://pages.test"
 def client():
     settings = Settings(database_url="postgresql://nobody@127.0.0.1:1/none",
                         keyring=Keyring([("dev", KEY, ("acme:*",))]))
-    # No lifespan: nothing here opens the pool.
-    return TestClient(create_app(settings), base_url=HOST, follow_redirects=False)
+    # No lifespan: nothing here opens the pool; the sessions in memory, not in PostgreSQL.
+    app = create_app(settings)
+    app.state.page_sessions = MemorySessionStore()
+    return TestClient(app, base_url=HOST, follow_redirects=False)
 
 
 def token(page: str) -> str:

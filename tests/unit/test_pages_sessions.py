@@ -1,16 +1,22 @@
-"""api.pages.sessions and api.pages.csrf: the server-side session store (the key never
-kept, ids hashed, idle and absolute expiry, a bounded table) and the CSRF checks."""
+"""api.pages.sessions and api.pages.csrf: the in-memory session store (the store's contract in
+tests/unit/session_contract.py, run against PostgreSQL's store in
+tests/integration/test_pages_session_table.py; here what is the memory store's own: ids
+hashed, a bounded table) and the CSRF checks."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.auth import Keyring
 from api.pages.csrf import LoginTokens, origin_problem, token_matches
-from api.pages.sessions import COOKIE, SessionStore, cookie_header, expired_cookie_header
+from api.pages.sessions import (
+    COOKIE, MemorySessionStore, cookie_header, expired_cookie_header, id_hash,
+)
+from tests.unit.session_contract import ABSOLUTE, API_KEY, IDLE, KEY, SessionStoreContract
 
-KEY = "Zq3x9Lm2Pv8Rt5Wy1Bn7Cd4Fg6Hj0Ks2Qe"
-API_KEY = Keyring([("dev", KEY, ("acme:*",))]).lookup(KEY)
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
 
 
 class Clock:
@@ -21,83 +27,56 @@ class Clock:
         return self.now
 
 
-def test_a_session_holds_the_matched_key_never_the_key_itself():
-    store = SessionStore()
-    sid = store.start(API_KEY)
-    s = store.get(sid)
-    assert s is not None and s.key is API_KEY and s.key.scope.allows("acme:x")
+class TestMemorySessionStore(SessionStoreContract):
+    @pytest.fixture
+    def clock(self):
+        return Clock()
+
+    @pytest.fixture
+    def store(self, clock):
+        return MemorySessionStore(idle=IDLE, absolute=ABSOLUTE, clock=clock)
+
+    @pytest.fixture
+    def elapse(self, clock):
+        async def elapse(seconds: float) -> None:
+            clock.now += seconds
+        return elapse
+
+
+@pytest.mark.anyio
+async def test_the_store_keeps_the_ids_hash_never_the_id_nor_the_key():
+    store = MemorySessionStore()
+    sid = await store.start(API_KEY)
     assert KEY not in repr(vars(store)) and sid not in repr(vars(store))
-    assert len(sid) >= 43 and s.csrf and s.csrf != sid
+    assert list(store._sessions) == [id_hash(sid)]  # noqa: SLF001
 
 
-def test_each_session_has_its_own_id_and_token():
-    store = SessionStore()
-    a, b = store.start(API_KEY), store.start(API_KEY)
-    assert a != b and store.get(a).csrf != store.get(b).csrf
-
-
-def test_an_unknown_or_empty_id_is_no_session():
-    store = SessionStore()
-    store.start(API_KEY)
-    assert store.get("nope") is None and store.get("") is None and store.get(None) is None
-
-
-def test_a_session_idle_too_long_is_over_and_forgotten():
-    clock = Clock()
-    store = SessionStore(idle=60, absolute=3600, clock=clock)
-    sid = store.start(API_KEY)
-    clock.now += 59
-    assert store.get(sid) is not None          # use renews the idle time
-    clock.now += 59
-    assert store.get(sid) is not None
-    clock.now += 60
-    assert store.get(sid) is None
-    assert len(store) == 0
-
-
-def test_a_session_ends_at_its_absolute_age_however_much_it_is_used():
-    clock = Clock()
-    store = SessionStore(idle=60, absolute=150, clock=clock)
-    sid = store.start(API_KEY)
-    for _ in range(2):
-        clock.now += 50
-        assert store.get(sid) is not None
-    clock.now += 50
-    assert store.get(sid) is None
-
-
-def test_logout_ends_the_session():
-    store = SessionStore()
-    sid = store.start(API_KEY)
-    store.end(sid)
-    assert store.get(sid) is None
-    store.end(sid)  # twice is no error
-    store.end(None)
-
-
-def test_the_table_is_bounded_the_least_recently_used_goes_first():
-    store = SessionStore(capacity=3)
-    ids = [store.start(API_KEY) for _ in range(3)]
-    store.get(ids[0])                            # ids[1] is now the least recently used
-    newest = store.start(API_KEY)
+@pytest.mark.anyio
+async def test_the_table_is_bounded_the_least_recently_used_goes_first():
+    store = MemorySessionStore(capacity=3)
+    ids = [await store.start(API_KEY) for _ in range(3)]
+    await store.get(ids[0])                      # ids[1] is now the least recently used
+    newest = await store.start(API_KEY)
     assert len(store) == 3
-    assert store.get(ids[1]) is None
-    assert all(store.get(i) is not None for i in (ids[0], ids[2], newest))
+    assert await store.get(ids[1]) is None
+    for i in (ids[0], ids[2], newest):
+        assert await store.get(i) is not None
 
 
-def test_expired_sessions_are_swept_at_the_next_login():
+@pytest.mark.anyio
+async def test_expired_sessions_are_swept_at_the_next_login():
     clock = Clock()
-    store = SessionStore(idle=10, absolute=100, clock=clock)
+    store = MemorySessionStore(idle=10, absolute=100, clock=clock)
     for _ in range(5):
-        store.start(API_KEY)
+        await store.start(API_KEY)
     clock.now += 11
-    store.start(API_KEY)
+    await store.start(API_KEY)
     assert len(store) == 1
 
 
 def test_idle_longer_than_absolute_is_refused():
     with pytest.raises(ValueError):
-        SessionStore(idle=100, absolute=10)
+        MemorySessionStore(idle=100, absolute=10)
 
 
 def test_the_cookie_is_httponly_secure_samesite_strict_path_root():
