@@ -8,9 +8,11 @@ encoders. Used by tests/unit/test_otlp_*.py and by otlp_recordings/record_openai
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import contextlib
 import json
+import sys
+from dataclasses import dataclass
+from typing import Iterator
 
 import httpx
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
@@ -76,6 +78,43 @@ class Providers:
     def close(self) -> None:
         self.tracer_provider.shutdown()
         self.logger_provider.shutdown()
+
+
+@contextlib.contextmanager
+def openai_as_it_was() -> Iterator[None]:
+    """Put every method of the openai SDK's classes back as it was before the block.
+
+    OpenLLMetry (opentelemetry-instrumentation-openai 0.62.4) wraps the SDK's methods and its
+    ``uninstrument()`` leaves them wrapped: it calls ``unwrap(module, "Class.method")``, which
+    opentelemetry-instrumentation 0.66 reads as an attribute named "Class.method" and finds
+    nothing to unwrap. The wrapper then goes on starting a recording GenAI span (of the
+    instrumented test's TracerProvider) around every later openai call in the process, and a
+    capture transport rightly joins the current GenAI span: a later test on the same worker
+    finds its capture named by no span of its own.
+    """
+    def methods() -> dict[tuple[type, str], object]:
+        # vars(), never getattr: the openai module's lazy proxies must not be loaded here
+        return {(cls, name): value
+                for module_name, module in list(sys.modules.items())
+                if module_name == "openai" or module_name.startswith("openai.")
+                for cls in list(vars(module).values())
+                if issubclass(type(cls), type) and cls.__module__.startswith("openai")
+                for name, value in list(vars(cls).items())}
+
+    before = methods()
+    try:
+        yield
+    finally:
+        for (cls, name), value in methods().items():
+            if is_instrumentation_wrapper(value) and before.get((cls, name)) is not value:
+                setattr(cls, name, before.get((cls, name), value.__wrapped__))
+
+
+def is_instrumentation_wrapper(value: object) -> bool:
+    """Is ``value`` an instrumentation's wrapper (wrapt's proxy of a function)?"""
+    import wrapt
+
+    return isinstance(value, wrapt.BaseObjectProxy)
 
 
 def openai_client(seen: list | None = None):

@@ -197,12 +197,18 @@ def test_openllmetry(monkeypatch, trace_content, use_attributes):
         monkeypatch.setattr(Config, option, getattr(Config, option))
     providers = h.Providers()
     instrumentor = OpenAIInstrumentor(use_attributes=use_attributes)
-    instrumentor.instrument(tracer_provider=providers.tracer_provider,
-                            logger_provider=providers.logger_provider)
-    try:
-        h.openai_chat(h.openai_client())
-    finally:
-        instrumentor.uninstrument()
+    with h.openai_as_it_was():  # its uninstrument() leaves the SDK wrapped
+        instrumentor.instrument(tracer_provider=providers.tracer_provider,
+                                logger_provider=providers.logger_provider)
+        try:
+            h.openai_chat(h.openai_client())
+        finally:
+            instrumentor.uninstrument()
+    from openai.resources.chat.completions import Completions
+    from openai.resources.responses import Responses
+
+    wrapped = h.is_instrumentation_wrapper
+    assert not any(wrapped(vars(cls)["create"]) for cls in (Completions, Responses))
     telemetry = providers.telemetry()
     call = _one_call(telemetry)
     _common_openai(call)
