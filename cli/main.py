@@ -66,6 +66,7 @@ SUBCOMMAND_MODULES = {
     "list": "cli.records",
     "inspect": "cli.inspect",
     "stats": "cli.stats",
+    "drift": "cli.drift",
     "harness": "cli.harness",
     "retention": "cli.retention",
     "erase": "cli.erase",

@@ -59,12 +59,13 @@ from typing import Any, Callable, Iterable, Mapping
 from server.logs import event_logger
 
 from .config import ProjectorConfig
+from .drift import ChangeWatch, observation_of_row
 from .erasures import decode_receipt
 from .errors import GenerationChanged, LogError, PositionsMoved, ProjectionError, StoreError
 from .fold import decode_message
 from .heartbeat import EndOffsets
 from .logtree import decode_tree_message
-from .metrics import ProjectorMetrics
+from .metrics import MODEL_WATCH_KEYS, ProjectorMetrics
 from .reader import Batch, LogReader
 from .store import Store
 from .tlog import decode_checkpoint
@@ -125,6 +126,11 @@ class GenerationWriter:
         # written by its thread.
         self.bulk: Any = None
         self._notify_warned: float | None = None  # when notify_failed was last logged
+        # Fingerprint and served model per provider and model, for the drift metrics
+        # (projections.drift). In memory: after a restart the first record of each pair
+        # sets its value again, so a change across a restart is not counted (evidence
+        # drift, which reads the records, finds it).
+        self.models = ChangeWatch(MODEL_WATCH_KEYS)
 
     def seek_to_stored(self) -> None:
         stored = self.store.positions(self.generation, self.reader.topic)
@@ -178,6 +184,8 @@ class GenerationWriter:
         if batch.messages:
             m.batch_seconds.observe(time.perf_counter() - t0)
         m.projected.inc(len(folded.rows))
+        if self.follow_live:  # a rebuild's replay of old records alerts nobody
+            self._watch_models(folded.rows)
         for f in folded.findings:
             m.findings.labels(f.kind).inc()
             log("warning", "finding", generation=self.generation, kind=f.kind, stream=f.stream,
@@ -185,6 +193,17 @@ class GenerationWriter:
         m.lag.set(sum(max(0, watermarks.get(p, 0) - o) for p, o in self.expected.items()))
         self.records += len(folded.rows)
         return len(folded.rows)
+
+    def _watch_models(self, rows: list) -> None:
+        dropped = self.models.dropped
+        for change in self.models.see_all(observation_of_row(r) for r in rows):
+            self.metrics.model_changed(change)
+            log("warning", "model_changed", generation=self.generation, kind=change.kind,
+                provider=change.provider, model=change.model, old=change.old, new=change.new,
+                before=f"{change.before[0]}@{change.before[1]}",
+                after=f"{change.after[0]}@{change.after[1]}")
+        if self.models.dropped > dropped:
+            self.metrics.model_untracked.inc(self.models.dropped - dropped)
 
     def _notify(self, streams: Iterable[str]) -> None:
         # Best effort (projections.notify): the batch is committed whatever happens here; a
