@@ -45,8 +45,7 @@ db = app.state.db
 @app.get("/_bench/pk/{offset}")
 async def bare(offset: int):
     sql = f'select log_offset from "{db.views}".records where log_partition = 0 and log_offset = %s'
-    async with db._connection() as conn:
-        row = await (await conn.execute(sql, (offset,))).fetchone()
+    row = await db._pool.one("bench_pk", sql, (offset,))
     return {"offset": row[0] if row else None}
 
 uvicorn.run(app, host="127.0.0.1", port=int(os.environ["BENCH_PORT"]), log_level="warning",
@@ -142,6 +141,10 @@ def measure(base: str, key: str, routes: dict[str, list[Spec]], level: int, seco
                      "p50_ms": round(max(r["p50_ms"] for r in rs), 2),
                      "p99_ms": round(max(r["p99_ms"] for r in rs), 2),
                      "errors": sum(r["errors"] for r in rs)}
+        if any("failures" in r for r in rs):
+            from bench.loadgen import merge_failures
+
+            res[name]["failures"] = merge_failures([r.get("failures", {}) for r in rs])
     a, b = names[0], names[1]
     res["ratio"] = round(res[a]["rps"] / res[b]["rps"], 3) if res[b]["rps"] else float("nan")
     return res

@@ -3,8 +3,9 @@
 ``drive(base, requests, seconds, concurrency)`` keeps ``concurrency`` keep-alive connections
 busy for ``seconds``: each connection sends one of ``requests`` (pre-encoded by
 :func:`encode_request`, picked at random), reads the whole response, and sends the next.
-It returns ``{"n", "rps", "p50_ms", "p99_ms", "errors"}``; a non-200 answer or a failed
-connection is an error (a failed connection is reopened), never a crash.
+It returns ``{"n", "rps", "p50_ms", "p99_ms", "errors", "failures"}``; a non-200 answer or a
+failed connection is an error (a failed connection is reopened), never a crash; ``failures``
+counts them by what they were (the status, or the exception's name).
 
 Why not httpx: its ``AsyncClient`` spends most of its time in the connection pool's
 bookkeeping once there are many connections. httpcore 1.0's
@@ -30,7 +31,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["drive", "encode_request", "summary"]
+__all__ = ["drive", "encode_request", "merge_failures", "summary"]
 
 _TIMEOUT_S = 10.0
 
@@ -73,7 +74,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
 
 async def _connection(host: str, port: int, requests: list[bytes], start: float,
                       deadline: float, seed: int, latencies: list[float],
-                      errors: list[int]) -> None:
+                      failures: dict[str, int]) -> None:
     rng = random.Random(seed)
     choice = rng.choice
     clock = time.perf_counter
@@ -90,15 +91,15 @@ async def _connection(host: str, port: int, requests: list[bytes], start: float,
                 status, keep = await _read_response(reader)
             latencies.append(clock() - t0)
             if status != 200:
-                errors[0] += 1
+                failures[str(status)] = failures.get(str(status), 0) + 1
             if not keep:
                 writer.close()
                 writer = None
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                TimeoutError, ValueError, IndexError):
+                TimeoutError, ValueError, IndexError) as e:
             # A reset, a timeout or a garbled answer under overload is a failed request,
             # counted beside the rate; the connection is reopened.
-            errors[0] += 1
+            failures[type(e).__name__] = failures.get(type(e).__name__, 0) + 1
             if writer is not None:
                 writer.close()
                 writer = None
@@ -108,30 +109,43 @@ async def _connection(host: str, port: int, requests: list[bytes], start: float,
 
 
 async def _run(host: str, port: int, requests: list[bytes], start: float, seconds: float,
-               concurrency: int, seed: int) -> tuple[list[float], int, float]:
+               concurrency: int, seed: int) -> tuple[list[float], dict[str, int], float]:
     latencies: list[float] = []
-    errors = [0]
+    failures: dict[str, int] = {}
     # perf_counter is per process; start and deadline travel as wall-clock time.
     offset = time.perf_counter() - time.time()
     t_start, deadline = start + offset, start + offset + seconds
     await asyncio.gather(*(_connection(host, port, requests, t_start, deadline,
-                                       seed * 100_003 + i, latencies, errors)
+                                       seed * 100_003 + i, latencies, failures)
                            for i in range(concurrency)))
-    return latencies, errors[0], time.perf_counter() - t_start
+    return latencies, failures, time.perf_counter() - t_start
 
 
-def _child(args: tuple[Any, ...]) -> tuple[list[float], int, float]:
+def _child(args: tuple[Any, ...]) -> tuple[list[float], dict[str, int], float]:
     return asyncio.run(_run(*args))
 
 
-def summary(latencies: list[float], errors: int, elapsed: float) -> dict[str, Any]:
+def summary(latencies: list[float], errors: int, elapsed: float,
+            failures: dict[str, int] | None = None) -> dict[str, Any]:
+    """The rate and latencies of a run; ``failures`` (what the errors were) when known."""
     latencies = sorted(latencies)
     n = len(latencies)
-    if n == 0:
-        return {"n": 0, "rps": 0.0, "p50_ms": float("nan"), "p99_ms": float("nan"),
-                "errors": errors}
-    return {"n": n, "rps": n / elapsed, "p50_ms": latencies[n // 2] * 1e3,
-            "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1e3, "errors": errors}
+    out: dict[str, Any] = {"n": n, "rps": 0.0, "p50_ms": float("nan"), "p99_ms": float("nan"),
+                           "errors": errors}
+    if n:
+        out.update(rps=n / elapsed, p50_ms=latencies[n // 2] * 1e3,
+                   p99_ms=latencies[min(n - 1, int(n * 0.99))] * 1e3)
+    if failures is not None:
+        out["failures"] = failures
+    return out
+
+
+def merge_failures(parts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in parts:
+        for kind, n in part.items():
+            out[kind] = out.get(kind, 0) + n
+    return out
 
 
 def drive(base: str, requests: list[bytes], seconds: float, concurrency: int,
@@ -143,9 +157,9 @@ def drive(base: str, requests: list[bytes], seconds: float, concurrency: int,
     processes = max(1, min(processes, concurrency))
     shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
     if processes == 1:
-        lat, errors, elapsed = asyncio.run(_run(host, port, requests, time.time() + 0.2,
-                                                seconds, concurrency, seed))
-        return summary(lat, errors, elapsed)
+        lat, failures, elapsed = asyncio.run(_run(host, port, requests, time.time() + 0.2,
+                                                  seconds, concurrency, seed))
+        return summary(lat, sum(failures.values()), elapsed, failures)
     # Each process connects first and starts at the same wall-clock moment, after the
     # interpreter start-up that spawn costs.
     start = time.time() + 1.5
@@ -153,5 +167,6 @@ def drive(base: str, requests: list[bytes], seconds: float, concurrency: int,
     with ctx.Pool(processes) as pool:
         parts = pool.map(_child, [(host, port, requests, start, seconds, share, seed + i)
                                   for i, share in enumerate(shares)])
-    return summary([x for lat, _e, _t in parts for x in lat], sum(e for _l, e, _t in parts),
-                   max(t for _l, _e, t in parts))
+    failures = merge_failures([f for _l, f, _t in parts])
+    return summary([x for lat, _f, _t in parts for x in lat], sum(failures.values()),
+                   max(t for _l, _f, t in parts), failures)

@@ -48,7 +48,8 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert len(result["rebuild"]["copy_runs_seconds"]) == 2
     assert "disk was settled" in (tmp_path / "t.md").read_text()
     assert [v["concurrency"] for v in result["verify"]] == [1, 2]
-    assert all(v["verify"]["errors"] == 0 and v["bare"]["errors"] == 0 for v in result["verify"])
+    assert all(v["verify"]["errors"] == 0 and v["bare"]["errors"] == 0
+               for v in result["verify"]), result["verify"]  # each route's failures by kind
     # Verified and unverified replay read every recorded call in each round, none failed,
     # and a verified read is one request of the API in the steady state (stream= is set).
     replay = result["replay_verified"]

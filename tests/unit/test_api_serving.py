@@ -131,8 +131,10 @@ def test_loadgen_keeps_its_connections_alive_and_counts_failures():
         r = drive(base, good, 0.3, 4)
         assert r["n"] > 4 and r["errors"] == 0 and r["rps"] > 0
         assert len(connections) == 4  # one keep-alive connection per concurrent client
+        assert r["failures"] == {}
         r = drive(base, [encode_request("GET", "/fail", "h")], 0.2, 2)
         assert r["n"] == r["errors"] > 0
+        assert r["failures"] == {"500": r["errors"]}  # what they were, for the report
     finally:
         state["loop"].call_soon_threadsafe(state["stop"].set_result, None)
         thread.join(10)
