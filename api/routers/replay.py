@@ -98,18 +98,7 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
     # The body is parsed by pydantic-core straight from bytes rather than through
     # FastAPI's body parameter (json.loads, then validation): this is the hot route.
     body = _parse_verify(await request.body())
-    if body.stream is not None and not key.scope.allows(body.stream):
-        raise not_found(f"record stream={body.stream} seq={body.seq}")
-    row = await db.verify_row(body.stream, body.seq, body.event_uuid, key.scope)
-    if row is None or not key.scope.allows(row[0]):
-        what = (f"record event_id={body.event_id}" if body.event_id is not None
-                else f"record stream={body.stream} seq={body.seq}")
-        raise not_found(what)
-    # Row columns are VERIFY_COLUMNS, the field order of Original, then ERASED_COLUMNS.
-    original = Original(*row[:_N_VERIFY])
-    erased = erased_of(row, _N_VERIFY)
-    if erased is not None:
-        raise Erased(f"record {original.stream} #{original.seq}", *erased)
+    row, original = await _verify_record(body, key, db)
     if body.basis == "bijotel":
         # The claim is plain text in the record's telemetry (a mapped capture is never
         # encrypted), so it is compared whatever the record's key; a record without one is
@@ -130,6 +119,25 @@ async def replay_verify(request: Request, key: Caller, db: Db, metrics: Metrics)
         "Evidence-Event-Is-Copy": "true" if row[-1] else "false"}
     return Response(json.dumps(result.to_dict()).encode(), media_type="application/json",
                     headers=headers)
+
+
+async def _verify_record(body: Any, key: Any, db: Any) -> tuple[tuple[Any, ...], Original]:
+    """The record a verify request names, in the key's streams: its row and its ``Original``.
+    404 when there is none there (the same answer for outside the key's scope); 410 when its
+    content was erased."""
+    if body.stream is not None and not key.scope.allows(body.stream):
+        raise not_found(f"record stream={body.stream} seq={body.seq}")
+    row = await db.verify_row(body.stream, body.seq, body.event_uuid, key.scope)
+    if row is None or not key.scope.allows(row[0]):
+        what = (f"record event_id={body.event_id}" if body.event_id is not None
+                else f"record stream={body.stream} seq={body.seq}")
+        raise not_found(what)
+    # Row columns are VERIFY_COLUMNS, the field order of Original, then ERASED_COLUMNS.
+    original = Original(*row[:_N_VERIFY])
+    erased = erased_of(row, _N_VERIFY)
+    if erased is not None:
+        raise Erased(f"record {original.stream} #{original.seq}", *erased)
+    return row, original
 
 
 async def replay_row(content_key_hex: str, key: Any, db: Any, stream: str | None,
