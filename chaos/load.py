@@ -8,6 +8,12 @@ Each call that returns appends ``<content_key hex> <stream>`` to OUT_FILE: the s
 the application was told succeeded. While ``CONTROL_DIR/disk-full`` exists the process may
 not grow any file past 64 KiB (RLIMIT_FSIZE, SIGXFSZ ignored): its spool's disk is "full".
 SIGTERM ends the load; the Recorder is closed and its metrics written to OUT_FILE.metrics.
+The handler is installed before the Recorder is made, so a process told to stop while it starts
+still closes its Recorder (and lets go of any spool it adopted) instead of dying mid-start.
+
+``python -m chaos.load --recover SPOOL_ROOT``: what an application's next start does first, a
+Recorder on the spool root adopting the spools that processes gone before it left, delivering
+them and closing; prints its metrics as JSON.
 """
 
 from __future__ import annotations
@@ -33,7 +39,30 @@ def _skew_clock(seconds: float) -> None:
     time.time_ns = lambda: real() + shift  # type: ignore[assignment]
 
 
+def recover(spool_root: str) -> dict[str, int]:
+    """Adopt and deliver every spool under ``spool_root`` whose process is gone (a Recorder's
+    start adopts them, its close delivers them); the Recorder's metrics."""
+    from evidence_client import Recorder
+
+    recorder = Recorder(os.environ["EVIDENCE_KAFKA_BOOTSTRAP"],
+                        topic_prefix=os.environ["EVIDENCE_TOPIC_PREFIX"], spool_dir=spool_root,
+                        delivery_timeout_ms=10_000, close_timeout=60)
+    recorder.start()
+    recorder.close()
+    return recorder.metrics.snapshot()
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--recover"]:
+        print(json.dumps(recover(argv[1])))
+        return 0
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
     name, out_path, control = argv[0], Path(argv[1]), Path(argv[2])
     skew = float(os.environ.get("CHAOS_CLOCK_SKEW_S", "0"))
     if skew:
@@ -50,13 +79,6 @@ def main(argv: list[str]) -> int:
     client = recorder.http_client(transport=httpx2.MockTransport(
         lambda r: httpx2.Response(200, content=ANSWER,
                                   headers={"content-type": "application/json"})))
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     disk_full = False

@@ -5,8 +5,14 @@
 Faults, spread over the run (``--short`` keeps one of each kind that matters most):
 writer kill -9, projector kill -9 (the supervisor restarts both), broker kill -9 and restart,
 PostgreSQL immediate restart (a crash and recovery), a load process's spool disk full for a
-while (RLIMIT_FSIZE), kill -9 of a load process (a live one adopts its spool), and one load
-process whose clock runs an hour ahead for the whole run.
+while (RLIMIT_FSIZE), kill -9 of a load process (a live one adopts its spool: the load goes on
+past the schedule until none of the killed process's spools is left), and one load process
+whose clock runs an hour ahead for the whole run.
+
+Once the load has stopped, a Recorder on the spool root adopts and delivers whatever spools are
+left (a load process that could not close in time), as the application's next start would:
+a capture acknowledged to the application is in a spool until it is delivered, and delivered
+by the next Recorder on its root. The report counts them (``recovered_at_end``).
 
 Checks, once the load has stopped: every call the application saw succeed was sealed exactly
 once (by content key, each request being unique), every stream's seqs are 1..n and chain
@@ -52,6 +58,7 @@ class Run:
     rate: float
     loads: dict[str, subprocess.Popen] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
+    killed: list[int] = field(default_factory=list)  # pids of load processes killed -9
 
     def fault(self, kind: str) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
@@ -164,8 +171,53 @@ def _kill_load(run: Run, name: str) -> None:
     _say(f"kill -9 load process {name} (pid {proc.pid}); a new one takes its place")
     proc.kill()
     proc.wait()
+    run.killed.append(proc.pid)
     run.start_load(f"{name}b")
     run.fault("load_kill")
+
+
+def _spools_of(run: Run, pids: list[int]) -> list[str]:
+    """The spools under the run's spool root that processes ``pids`` made (the pid is the
+    second field of a spool's name)."""
+    from evidence_client.spool import spool_dirs
+
+    return [d.name for d in spool_dirs(run.spool_root)
+            if any(d.name.split("-")[1:2] == [str(pid)] for pid in pids)]
+
+
+def _await_adoption(run: Run, timeout: float = 120.0) -> list[str]:
+    """Keep the load going until the live load processes have adopted and resent every spool
+    of the killed ones (a live Recorder scans for orphans every 2 s); the spools still left
+    after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    left = _spools_of(run, run.killed)
+    if left:
+        _say(f"waiting for a live load process to adopt {', '.join(left)}")
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _spools_of(run, run.killed)
+    return left
+
+
+def _recover_spools(run: Run) -> dict[str, int]:
+    """What the application's next start does: a Recorder on the spool root adopts and
+    delivers the spools left; its metrics (``adopted``: the captures it delivered)."""
+    from evidence_client.spool import spool_dirs
+
+    left = spool_dirs(run.spool_root)
+    if not left:
+        return {}
+    _say(f"{len(left)} spool(s) left after the load: a Recorder on the root adopts them")
+    proc = subprocess.run([sys.executable, "-m", "chaos.load", "--recover", str(run.spool_root)],
+                          env={**os.environ, **run.env}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"recovering the spools left failed: {proc.stderr[-3000:]}")
+    metrics = json.loads(proc.stdout.splitlines()[-1])
+    if metrics["pending"]:
+        _say(f"{metrics['pending']} captures are still in the spools (not delivered): "
+             f"{proc.stderr[-2000:]}")
+    return metrics
 
 
 def _schedule(run: Run, duration: float, short: bool) -> list[tuple[float, Any]]:
@@ -287,9 +339,11 @@ def _isolated_stack(work: Path) -> Any:
     return cfg
 
 
-def _load_under_faults(run: Run, duration: float, processes: int, short: bool) -> None:
+def _load_under_faults(run: Run, duration: float, processes: int, short: bool) -> list[str]:
     """Start the load processes (the second with its clock an hour ahead), inflict the
-    faults on their schedule, then stop the load after ``duration`` seconds."""
+    faults on their schedule, then stop the load after ``duration`` seconds, once the killed
+    load process's spools have been adopted (a slow fault can push the kill to the end of
+    the schedule). Returns the killed processes' spools that no live one adopted."""
     t0 = time.monotonic()
     for i in range(processes):
         run.start_load(f"load-{i}", skew_s=3600.0 if i == 1 else 0.0)
@@ -298,12 +352,15 @@ def _load_under_faults(run: Run, duration: float, processes: int, short: bool) -
         time.sleep(max(0.0, t0 + at - time.monotonic()))
         fault()
     time.sleep(max(0.0, t0 + duration - time.monotonic()))
+    not_adopted = _await_adoption(run)
     _say("load stops; every load process closes its Recorder")
     run.stop_loads()
+    return not_adopted
 
 
 def _passed(result: dict[str, Any]) -> bool:
     return (result["lost"] == 0 and result["duplicated"] == 0 and result["gaps"] == 0
+            and not result["killed_spools_not_adopted"]
             and result["duplicated_event_ids"] == 0 and not result["chain_findings"]
             and result["projection"]["equal_to_log"] and result["audit_exit"] == 0)
 
@@ -315,6 +372,11 @@ def _summary(result: dict[str, Any]) -> str:
     # sent) without ever returning to the application: sealed, not submitted, not lost.
     in_flight = result["sealed"] - result["duplicated"] - result["submitted"]
     extra = f" ({in_flight} from calls in flight in killed load processes)" if in_flight else ""
+    if result["recovered_at_end"]:
+        extra += f"; {result['recovered_at_end']} delivered from spools left at the end"
+    if result["killed_spools_not_adopted"]:
+        extra += (f"; spools of killed load processes no live one adopted: "
+                  f"{result['killed_spools_not_adopted']}")
     return (f"chaos: {result['submitted']} captures submitted, {result['sealed']} sealed{extra}, "
             f"{result['lost']} lost, {result['duplicated']} duplicated, {result['gaps']} gaps "
             f"in {result['streams']} streams; projection {'= log' if result['projection']['equal_to_log'] else '!= log'}; "
@@ -345,13 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(cfg, {}, work, control, work / "spool", args.rate)
     try:
         run.env = stack.up(cfg)
-        _load_under_faults(run, duration, args.processes, args.short)
+        not_adopted = _load_under_faults(run, duration, args.processes, args.short)
+        recovered = _recover_spools(run)
         submitted, metrics = run.calls()
         _say(f"{len(submitted)} calls returned to the application; checking the log")
         result = _check(run, submitted)
         result.update(faults=run.faults, duration_s=round(duration),
                       restarts={n: run.restarts(n) for n in ("writer", "projector", "api")},
-                      load_metrics=metrics,
+                      load_metrics=metrics, killed_spools_not_adopted=not_adopted,
+                      recovered_at_end=recovered.get("adopted", 0),
                       spools_left=sorted(p.name for p in run.spool_root.iterdir())
                       if run.spool_root.exists() else [])
     finally:
