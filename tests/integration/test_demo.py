@@ -16,7 +16,14 @@ pytestmark = pytest.mark.integration
 EVIDENCE = str(Path(sys.executable).parent / "evidence")
 
 
-def demo(env, *args, timeout=60):
+# The demo bounds its own waits (60 s for the records by default, 15 s for a checkpoint, 10 s
+# an API request) and says what is stuck when one runs out; this outer bound is only a safety
+# net, larger than their sum, so a slow shared machine meets the demo's message, not a
+# TimeoutExpired without output.
+DEMO_TIMEOUT_S = 240
+
+
+def demo(env, *args, timeout=DEMO_TIMEOUT_S):
     return subprocess.run([EVIDENCE, "demo", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
