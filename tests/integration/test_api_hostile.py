@@ -32,8 +32,11 @@ ACME = "acme-hostile-0123456789abcdef0123456789"
 GLOBEX = "globex-hostile-0123456789abcdef01234567"
 ALL = "all-hostile-0123456789abcdef0123456789ab"
 
-LIMITS = dict(max_body_bytes=64 * 1024, max_verify_bytes=256 * 1024, body_timeout=1.0,
-              header_timeout=1.0, keep_alive_timeout=1.0)
+# Timeouts short enough that the slow-client tests end quickly, long enough that a whole
+# request still arrives on a machine busy with the parallel suite (1 s was not: a 200-byte
+# body was once answered 408).
+LIMITS = dict(max_body_bytes=64 * 1024, max_verify_bytes=256 * 1024, body_timeout=3.0,
+              header_timeout=3.0, keep_alive_timeout=3.0)
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +200,7 @@ def test_a_body_that_trickles_in_is_408(base_url):
     head = (b"POST /replay/verify HTTP/1.1\r\nHost: t\r\n"
             b"Authorization: Bearer " + ACME.encode() + b"\r\n"
             b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"stream\"")
-    answer = raw_exchange(base_url, head)  # the 408 is the body timeout's (1 s here)
+    answer = raw_exchange(base_url, head)  # the 408 is the body timeout's (3 s here)
     assert b" 408 " in answer.split(b"\r\n", 1)[0]
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"] == "timeout"
 
@@ -206,14 +209,14 @@ def test_a_body_that_trickles_in_is_408(base_url):
 
 @pytest.mark.parametrize("sent", [b"", b"GET /heal", b"GET /healthz HTTP/1.1\r\nHost: t\r\n"])
 def test_a_request_head_that_does_not_arrive_in_time_is_closed(base_url, sent):
-    # header_timeout is 1 s here; a head still open when the socket's 10 s run out fails.
+    # header_timeout is 3 s here; a head still open when the socket's 10 s run out fails.
     with socket.create_connection(("127.0.0.1", port_of(base_url)), timeout=10) as s:
         s.sendall(sent)
         assert s.recv(100) == b""  # closed by the server, with nothing said
 
 
 def test_trickling_a_head_byte_by_byte_does_not_keep_it_open(base_url):
-    # A byte every 0.1 s is the trickle itself; the head's 1 s deadline (header_timeout) holds
+    # A byte every 0.1 s is the trickle itself; the head's 3 s deadline (header_timeout) holds
     # for the whole head, so the server closes long before the 126th byte.
     head = b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100
     sent = 0
@@ -238,7 +241,7 @@ def test_an_idle_keep_alive_connection_is_closed(base_url):
                           if line.lower().startswith(b"content-length:")))
         while len(body) < length:
             body += s.recv(65536)
-        # keep_alive_timeout is 1 s here; still open when the socket's 10 s run out fails.
+        # keep_alive_timeout is 3 s here; still open when the socket's 10 s run out fails.
         assert s.recv(100) == b""
 
 
