@@ -52,9 +52,12 @@ from ..routers.audit import audit_stream
 from ..routers.fidelity import fidelity_analyze, record_fidelity
 from ..routers.records import get_event
 from ..routers.replay import replay_verify
-from .csrf import origin_problem, token_matches
+from .csrf import token_matches
 from .sessions import Session
-from .web import PREFIX, Forbidden, PageError, PageRoute, Visitor, posted_form, render
+from .web import (
+    CSRF_REFUSED, PREFIX, Forbidden, PageError, PageRoute, Visitor, media_type, posted_form, render,
+    require_same_origin,
+)
 
 __all__ = ["AUDITS_KEPT", "Audit", "Audits", "internal_request", "router", "verify_body"]
 
@@ -106,11 +109,8 @@ async def posted_upload(request: Request, session: Session, max_bytes: int
                         ) -> tuple[dict[str, str], dict[str, bytes]]:
     """A POSTed ``multipart/form-data`` form's text fields and files (by field name, only
     those chosen), once it passed the CSRF checks :func:`api.pages.web.posted_form` makes."""
-    problem = origin_problem(request.headers, request.headers.get("host"))
-    if problem is not None:
-        raise Forbidden(f"Refused: {problem}. Reload the page and send the form again.")
-    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media != "multipart/form-data":
+    require_same_origin(request)
+    if media_type(request) != "multipart/form-data":
         raise PageError(415, "This form must be sent as multipart/form-data.")
     fields: dict[str, str] = {}
     files: dict[str, bytes] = {}
@@ -125,8 +125,7 @@ async def posted_upload(request: Request, session: Session, max_bytes: int
     except StarletteHTTPException as e:  # Starlette's answer to a malformed multipart body
         raise PageError(400, f"The form could not be read: {e.detail}") from None
     if not token_matches(session.csrf, fields.get("csrf")):
-        raise Forbidden("Refused: the form's CSRF token is missing or not this session's. "
-                        "Reload the page and send the form again.")
+        raise Forbidden(CSRF_REFUSED)
     return fields, files
 
 

@@ -210,11 +210,8 @@ async def posted_form(request: Request, session: Session | None) -> dict[str, st
     """The fields of a POSTed form (the last value of a repeated name), once it has passed
     the CSRF checks: its Origin/Referer is this host, and its ``csrf`` field is the
     session's token (with ``session`` None, a login token this process signed)."""
-    problem = origin_problem(request.headers, request.headers.get("host"))
-    if problem is not None:
-        raise Forbidden(f"Refused: {problem}. Reload the page and send the form again.")
-    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media != "application/x-www-form-urlencoded":
+    require_same_origin(request)
+    if media_type(request) != "application/x-www-form-urlencoded":
         raise PageError(415, "A form must be sent as application/x-www-form-urlencoded.")
     raw = await request.body()
     try:
@@ -226,6 +223,21 @@ async def posted_form(request: Request, session: Session | None) -> dict[str, st
     ok = (token_matches(session.csrf, token) if session is not None
           else (await login_tokens(request)).valid(token))
     if not ok:
-        raise Forbidden("Refused: the form's CSRF token is missing or not this session's. "
-                        "Reload the page and send the form again.")
+        raise Forbidden(CSRF_REFUSED)
     return fields
+
+
+CSRF_REFUSED = ("Refused: the form's CSRF token is missing or not this session's. "
+                "Reload the page and send the form again.")
+
+
+def require_same_origin(request: Request) -> None:
+    """The first CSRF check of every posted form: its Origin (or Referer) is this host."""
+    problem = origin_problem(request.headers, request.headers.get("host"))
+    if problem is not None:
+        raise Forbidden(f"Refused: {problem}. Reload the page and send the form again.")
+
+
+def media_type(request: Request) -> str:
+    """The request's Content-Type without its parameters, in lower case."""
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
