@@ -62,6 +62,7 @@ from .config import ProjectorConfig
 from .drift import ChangeWatch, observation_of_row
 from .erasures import decode_receipt
 from .errors import GenerationChanged, LogError, PositionsMoved, ProjectionError, StoreError
+from .fastrows import IMPLEMENTATION as ROW_PATH
 from .fold import decode_message
 from .heartbeat import EndOffsets
 from .logtree import decode_tree_message
@@ -408,7 +409,8 @@ class Projector:
 
             reader.on_assigned = assigned
             log("info", "started", generation=gen, topic=reader.topic, group=cfg.consumer_group,
-                partitions=len(reader.partitions), meta=cfg.meta_schema, session=self.sessions)
+                partitions=len(reader.partitions), meta=cfg.meta_schema, session=self.sessions,
+                row_path=ROW_PATH)
             reported, report_at = 0, time.monotonic()
             beat_at = self._beat(store, reader, gen)
             while not should_stop():
