@@ -18,6 +18,30 @@ that cannot work is a ``SettingsError`` naming its variable. Why the batching de
   The writer's share of capture-to-queryable latency is then about the linger plus one
   commit, ~30–40 ms, while at 1k captures/s a batch still carries ~20 captures, so the
   broker sees tens of transactions a second, not thousands.
+
+Why the takeover settings are what they are (a writer killed -9 beside a live one in its group;
+docs/sizing.md, "Scale-out"):
+
+- ``session_timeout_ms=10_000`` (librdkafka's heartbeat every 3 s): the dead writer's static
+  membership ends after this, and the group hands its partitions to the others.
+- ``transaction_timeout_ms=15_000``: the dead writer's open transaction (its records, heads
+  and intake offsets) holds its partitions until the coordinator aborts it, at this timeout
+  after it began plus up to the broker's
+  ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default): until
+  then the survivor cannot read stable committed offsets for them, and readers of the log
+  stop at the open transaction. So this is the larger part of a takeover. It must stay above
+  the writer's longest transaction: one batch consumed, sealed and committed, well under a
+  second here (5,000 records at 37k/s, plus one commit). A transaction that outlives it is
+  aborted by the coordinator, which fences the writer's producer: nothing uncommitted was
+  visible, so exactly-once holds, and the writer heals (``writer.service``) and seals the
+  batch again; only time is lost. That is what happens when a broker restart takes longer
+  than this timeout while a commit is waiting on it (the loop waits up to
+  ``loop.COMMIT_GIVE_UP_S`` for a commit). A zombie (a writer paused past its session) is
+  fenced twice over: its offsets commit carries its group generation, which the rebalance
+  made stale, and the coordinator aborts its transaction at this timeout.
+- ``max.poll.interval.ms`` stays librdkafka's 300 s (``kafka_io.consumer_config``): above
+  the longest time between two polls, a takeover's wait for stable offsets
+  (``transaction_timeout_ms`` + ``ABORT_CHECK_S`` + a margin) plus its restore.
 """
 
 from __future__ import annotations
@@ -35,6 +59,15 @@ __all__ = ["DEFAULT_GROUP_ID", "DEFAULT_TRANSACTIONAL_ID", "WriterConfig"]
 DEFAULT_TRANSACTIONAL_ID = "evidence-writer"
 DEFAULT_GROUP_ID = "evidence-writer"
 DAY_S = 24 * 3600
+ABORT_CHECK_S = 10.0
+"""The broker's ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (Kafka's
+default): how long after its timeout a dead writer's transaction may still be open."""
+TRANSACTION_TIMEOUT_MS = (5_000, 900_000)
+"""The accepted range: above the writer's longest transaction (see the module docstring),
+at most the brokers' default ``transaction.max.timeout.ms`` (15 min)."""
+SESSION_TIMEOUT_MS = (1, 300_000)
+"""The accepted range: positive, at most the consumer's ``max.poll.interval.ms`` (300 s); the
+brokers refuse less than their ``group.min.session.timeout.ms`` (6 s by default)."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +89,10 @@ class WriterConfig:
     dedup_window_s: int = 7 * DAY_S
     dedup_max_ids: int = 1_000_000
     """Per partition; bounds memory and the start-up scan of the log."""
-    transaction_timeout_ms: int = 60_000
+    transaction_timeout_ms: int = 15_000
+    """How long a dead writer's open transaction holds its partitions (module docstring)."""
     session_timeout_ms: int = 10_000
+    """How long a dead writer keeps its partitions before the group hands them on."""
     metrics_port: int = 9464
     """Prometheus /metrics port; 0 disables the endpoint."""
     metrics_host: str = "127.0.0.1"
@@ -73,6 +108,13 @@ class WriterConfig:
     @property
     def instance_id(self) -> str:
         return self.group_instance_id or self.transactional_id
+
+    @property
+    def stable_offsets_wait_s(self) -> float:
+        """How long a writer that takes partitions over waits for their committed offsets to
+        be stable: a dead writer's transaction is aborted within its timeout plus the
+        broker's check interval; 5 s more for the abort's markers."""
+        return self.transaction_timeout_ms / 1000 + ABORT_CHECK_S + 5.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "WriterConfig":
@@ -115,6 +157,17 @@ class WriterConfig:
         if not self.transactional_id or not self.group_id:
             raise SettingsError("EVIDENCE_WRITER_TRANSACTIONAL_ID and EVIDENCE_WRITER_GROUP_ID "
                                 "must not be empty")
+        lo, hi = TRANSACTION_TIMEOUT_MS
+        if not lo <= self.transaction_timeout_ms <= hi:
+            raise SettingsError(f"EVIDENCE_WRITER_TRANSACTION_TIMEOUT_MS "
+                                f"{self.transaction_timeout_ms} must be between {lo} and {hi}: "
+                                f"above the writer's longest transaction, within the brokers' "
+                                f"transaction.max.timeout.ms")
+        lo, hi = SESSION_TIMEOUT_MS
+        if not lo <= self.session_timeout_ms <= hi:
+            raise SettingsError(f"EVIDENCE_WRITER_SESSION_TIMEOUT_MS {self.session_timeout_ms} "
+                                f"must be between {lo} and {hi} (at most the consumer's "
+                                f"max.poll.interval.ms)")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"EVIDENCE_WRITER_METRICS_PORT (--metrics-port) "
                                 f"{self.metrics_port} is not a port (0 disables it)")

@@ -8,7 +8,8 @@ consumer it is handed:
 - ``*_config(cfg, error_cb)`` — the three clients' settings, and why;
 - :func:`kafka_errors` / :func:`translate` — :mod:`server.kafka`'s mapping into
   :class:`~writer.errors.WriterKafkaError` and :class:`~writer.errors.FencedError`;
-- :func:`produce`, :func:`consume_batch`, :func:`rewind`, :func:`read_partition`,
+- :func:`produce`, :func:`consume_batch`, :func:`rewind`, :func:`stable_committed`,
+  :func:`read_partition`,
   :func:`watermarks`, :func:`offset_for_time` — the calls, with librdkafka's quirks handled;
 - :func:`bounded` — a blocking call with a deadline of our own, for librdkafka calls that
   do not always keep theirs (:class:`~writer.errors.WedgedError`).
@@ -62,6 +63,7 @@ __all__ = [
     "producer_config",
     "read_partition",
     "reader_config",
+    "stable_committed",
     "rewind",
     "translate",
     "watermarks",
@@ -69,6 +71,8 @@ __all__ = [
 
 TIMEOUT_S = 30.0
 READ_DEADLINE_S = 120.0  # reading one partition of writer-state or the log to its end
+STABLE_ASK_S = 2.0  # one ask for stable committed offsets; asked again until the caller's wait
+MAX_POLL_INTERVAL_MS = 300_000
 
 ErrorCallback = Callable[[KafkaError], None]
 T = TypeVar("T")
@@ -213,6 +217,10 @@ def consumer_config(cfg: WriterConfig, error_cb: ErrorCallback,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "session.timeout.ms": cfg.session_timeout_ms,
+        # librdkafka's default, said here because the writer depends on it: a partition
+        # assignment (its wait for stable offsets and its restore, writer.config) and a
+        # transaction's commit retries both run between two polls.
+        "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
         "error_cb": error_cb,
     }
 
@@ -284,6 +292,38 @@ def rewind(consumer: Consumer) -> None:
         for tp in consumer.committed(consumer.assignment(), timeout=TIMEOUT_S):
             offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+
+def stable_committed(consumer: Consumer, partitions: list[TopicPartition], wait_s: float,
+                     stopping: Callable[[], bool] = lambda: False) -> list[TopicPartition]:
+    """The group's committed offsets of ``partitions``, once they are stable.
+
+    A read_committed consumer asks for stable offsets (KIP-447): while a transaction still
+    carries offsets for a partition, the broker answers UNSTABLE_OFFSET_COMMIT and librdkafka
+    asks again until the call's timeout, then fails with ``_TIMED_OUT``. When the transaction
+    is a dead writer's, it is open until the coordinator aborts it (``writer.config``: the
+    transaction timeout plus the broker's check interval). So this asks in short calls
+    (``STABLE_ASK_S``) and asks again at once, for up to ``wait_s`` in all: the offsets come
+    as soon as the abort lands, and ``stopping()`` is heeded between two asks. Past
+    ``wait_s``, or on any other error, :class:`WriterKafkaError`.
+    """
+    deadline = time.monotonic() + wait_s
+    waited = False
+    while True:
+        try:
+            with kafka_errors("committed offsets"):
+                return consumer.committed(
+                    partitions, timeout=max(0.1, min(STABLE_ASK_S, deadline - time.monotonic())))
+        except WriterKafkaError as e:
+            if e.code not in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT) \
+                    or e.fatal or stopping() or time.monotonic() >= deadline:
+                raise
+            if not waited:
+                waited = True
+                log("info", "waiting_for_stable_offsets",
+                    partitions=[tp.partition for tp in partitions], wait_s=round(wait_s, 1),
+                    message="a transaction still carries offsets of these partitions (a dead "
+                            "writer's, until the coordinator aborts it); asking again")
 
 
 def watermarks(reader: Consumer, topic: str, partition: int) -> tuple[int, int]:

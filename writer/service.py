@@ -75,6 +75,7 @@ from writer.kafka_io import (
     kafka_errors,
     producer_config,
     reader_config,
+    stable_committed,
     translate,
 )
 from writer.log_key import load_log_key
@@ -406,11 +407,12 @@ class WriterService:
         try:
             assert reader is not None, "start() creates the reader before subscribing"
             t0 = time.monotonic()
-            # committed() asks for stable offsets (KIP-447): it waits for any transaction
-            # still carrying offsets for these partitions, so the heads read next are those
+            # Stable offsets (KIP-447): any transaction still carrying offsets for these
+            # partitions (a dead writer's) is waited for, so the heads read next are those
             # of the last committed transaction, matching where we resume.
-            with kafka_errors("committed offsets"):
-                committed = consumer.committed(partitions, timeout=TIMEOUT_S)
+            committed = stable_committed(consumer, partitions, self.config.stable_offsets_wait_s,
+                                         lambda: self._stop)
+            t1 = time.monotonic()
             for tp in committed:
                 heads, window, trees = restore(reader, self.config, self.sealer, tp.partition,
                                                self._clock)
@@ -423,7 +425,7 @@ class WriterService:
             consumer.assign(committed)
             self._note_member_id(consumer)
             log("info", "assigned", partitions=[tp.partition for tp in committed],
-                restore_s=round(time.monotonic() - t0, 3))
+                offsets_wait_s=round(t1 - t0, 3), restore_s=round(time.monotonic() - t1, 3))
         except WriterError as e:
             self._failure = self._failure or e
             consumer.assign([])  # own nothing we could not restore

@@ -12,7 +12,14 @@ import psycopg
 from evidence_contract.topics import partition_for
 from tests.fixtures.log import wait_until
 from tests.fixtures.scale import SteadyFeeder, owned, run_projector  # noqa: F401 - fixture
-from tests.fixtures.writer import log_signing_key, read_all, verify_log, wait_for_count
+from tests.fixtures.writer import (
+    log_signing_key,
+    make_capture,
+    produce_captures,
+    read_all,
+    verify_log,
+    wait_for_count,
+)
 
 PARTITIONS = 6
 # A zombie's open transaction blocks read_committed readers of its partitions until the
@@ -55,6 +62,53 @@ def _projection(cfg) -> tuple[int, dict[str, tuple[int, bytes]], list[tuple], in
         mismatched = conn.execute(
             f'select count(*) from "{v}".checkpoints where root_matches is false').fetchone()[0]
     return count, heads, findings, mismatched
+
+
+def test_the_survivor_of_two_writers_takes_over_a_killed_ones_partitions(
+        kafka_bootstrap, make_topics, run_writer):
+    """kill -9 of one of two writers under a small load, nobody started in its place: the
+    survivor waits out the dead writer's open transaction (stable offsets), restores its
+    partitions and seals their next captures; nothing lost, duplicated or gapped. The
+    timeouts are the smallest the writer accepts, to keep the test short; how long the
+    takeover takes is measured by ``bench/scale_out.py``, not here."""
+    settings = make_topics(partitions=PARTITIONS)
+    tx = f"tx-{uuid.uuid4().hex[:8]}"
+    opts = {"transaction_timeout_ms": 5_000, "session_timeout_ms": 6_000}
+    w1 = run_writer(settings, transactional_id=f"{tx}-1", **opts)
+    w2 = run_writer(settings, transactional_id=f"{tx}-2", **opts)
+    split = wait_until("two writers splitting the partitions", lambda: _split([w1, w2], "assigned"),
+                       timeout=120, interval=0.2)
+    dead_parts = split[0]
+
+    streams = _streams(per_partition=2)
+    feeder = SteadyFeeder(kafka_bootstrap, settings, streams, total=3000, burst=10, pause=0.02,
+                          seed=28)
+    feeder.start()
+    wait_for_count(kafka_bootstrap, settings.names.log, 300, 120, w1.assert_alive)
+    assert feeder.is_alive(), "the kill is meant to land under load"
+    assert w1.kill() == -9
+    sent = feeder.finish(timeout=300)
+    # One capture more on every stream after the load: on the dead writer's partitions only
+    # the survivor can seal them.
+    last = [make_capture(s) for s in streams]
+    produce_captures(kafka_bootstrap, settings, last)
+    sent += [e["event_id"] for e in last]
+
+    everything = set(range(PARTITIONS))
+    wait_until("the survivor to own every partition",
+               lambda: w2.assert_alive() or owned(w2, "assigned") == everything,
+               timeout=240, interval=0.2)
+    wait_for_count(kafka_bootstrap, settings.names.log, len(sent), 240, w2.assert_alive)
+    log = read_all(kafka_bootstrap, settings.names.log)
+    by_stream = verify_log(log)  # per stream: seq 1..n, each record chained to the last
+    sealed = [r["body"]["event_id"] for recs in by_stream.values() for r in recs]
+    assert len(sealed) == len(set(sealed)), "a capture was sealed twice"
+    assert sorted(sealed) == sorted(sent), "a capture was lost or invented"
+    assert read_all(kafka_bootstrap, settings.names.rejected) == []
+    by_survivor = {partition_for(s, PARTITIONS) for s, recs in by_stream.items()
+                   if recs[-1]["seal"]["writer"]["transactional_id"] == f"{tx}-2"}
+    assert dead_parts <= by_survivor, (dead_parts, by_survivor)
+    assert w2.terminate() == 0
 
 
 def test_writers_and_projectors_killed_and_added_under_load_lose_and_duplicate_nothing(
