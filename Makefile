@@ -24,9 +24,12 @@ $(STAMP): native/toolchain.sh
 
 ## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then the demo
 ## (`evidence demo`: record, seal, verify and replay a few calls; NO_DEMO=1 skips it);
-## WRITERS=n PROJECTORS=n run n of each, splitting the partitions (default 1 each)
+## WRITERS=n PROJECTORS=n run n of each, splitting the partitions (default 1 each);
+## BROKERS=3 runs Kafka as a cluster of three KRaft nodes (replication factor 3,
+## min.insync.replicas 2; default: the count the stack was made with, else 1)
 up: $(STAMP)
-	EVIDENCE_WRITERS=$(or $(WRITERS),1) EVIDENCE_PROJECTORS=$(or $(PROJECTORS),1) $(PY) -m devstack up
+	EVIDENCE_WRITERS=$(or $(WRITERS),1) EVIDENCE_PROJECTORS=$(or $(PROJECTORS),1) \
+	$(if $(BROKERS),EVIDENCE_BROKERS=$(BROKERS)) $(PY) -m devstack up
 	@if [ -z "$(NO_DEMO)" ]; then $(PY) -m cli.main demo; fi
 
 ## down: stop what `make up` started; CLEAN=1 also deletes .stack/
@@ -58,12 +61,16 @@ bench: $(STAMP)
 
 ## chaos: load through the real gateway while writer, projector, broker and load processes
 ##        are killed, PostgreSQL crashes, a spool disk fills and a clock is skewed, on an
-##        isolated stack of its own; then every capture is checked (SHORT=1: 45 s; DURATION=s)
+##        isolated stack of its own; then every capture is checked (SHORT=1: 45 s; DURATION=s;
+##        BROKERS=3: on a cluster of three, killing, stalling and restarting one broker at a
+##        time, the transaction coordinator's among them)
 chaos: $(STAMP)
-	$(PY) -m chaos $(if $(SHORT),--short) $(if $(DURATION),--duration $(DURATION)) $(CHAOS_ARGS)
+	$(PY) -m chaos $(if $(SHORT),--short) $(if $(DURATION),--duration $(DURATION)) \
+	$(if $(BROKERS),--brokers $(BROKERS)) $(CHAOS_ARGS)
 
+## status: what runs, where (each broker of a cluster)
 status: $(STAMP)
-	$(PY) -m devstack status
+	$(if $(BROKERS),EVIDENCE_BROKERS=$(BROKERS)) $(PY) -m devstack status
 
 ## lock: refresh constraints.txt from what is installed
 lock: $(STAMP)

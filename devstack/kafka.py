@@ -1,4 +1,5 @@
-"""Apache Kafka in KRaft mode, one combined broker+controller on 127.0.0.1.
+"""Apache Kafka in KRaft mode on 127.0.0.1: one combined broker+controller, or a cluster of
+such nodes (``make up BROKERS=3``), each with its own ports and data directory.
 
 The jars come from Maven Central through ``devstack/pom.xml`` (Kafka plus an SLF4J binding,
 which the Maven resolution lacks) and are cached under ``~/.cache/evidence-store/``, outside
@@ -13,16 +14,19 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from devstack.config import KAFKA_VERSION, StackConfig, StackError, pid_alive, read_pid
+from devstack.config import (
+    CLUSTER_FILE, KAFKA_VERSION, KafkaNode, StackConfig, StackError, pid_alive, read_pid,
+)
 from devstack.procs import (
     apt_install,
     log,
     port_open,
     port_released,
     start_detached,
-    stop_pid_file,
+    stop_pid_files,
     tail,
     wait_until,
 )
@@ -66,28 +70,34 @@ def _java() -> str:
     return java
 
 
-def server_properties(cfg: StackConfig) -> str:
-    data = cfg.kafka_dir / "data"
+def server_properties(cfg: StackConfig, node: KafkaNode | None = None) -> str:
+    """``server.properties`` of one node (node 1 by default). On a cluster of three or more,
+    every topic, the internal ones included, is replicated three ways with two in sync."""
+    node = node or cfg.kafka_nodes[0]
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cfg.kafka_nodes)
+    rf, isr = cfg.replication_factor, cfg.min_insync_replicas
     return f"""# written by devstack on every start; edit devstack/kafka.py instead
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{cfg.controller_port}
-listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port}
+node.id={node.node_id}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
+log.dirs={node.dir / "data"}
 num.partitions=6
 auto.create.topics.enable=false
 unclean.leader.election.enable=false
-offsets.topic.replication.factor=1
+default.replication.factor={rf}
+min.insync.replicas={isr}
+offsets.topic.replication.factor={rf}
 offsets.topic.num.partitions=6
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={rf}
+transaction.state.log.min.isr={isr}
 transaction.state.log.num.partitions=6
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor={rf}
+share.coordinator.state.topic.min.isr={isr}
 group.initial.rebalance.delay.ms=0
 message.max.bytes={66 * 1024 * 1024}
 replica.fetch.max.bytes={66 * 1024 * 1024}
@@ -99,71 +109,137 @@ def _classpath(libs: Path) -> str:
     return f"{libs}/*"
 
 
-def _jvm(cfg: StackConfig, libs: Path) -> list[str]:
+def _jvm(cfg: StackConfig, libs: Path, node: KafkaNode) -> list[str]:
+    # A node of a cluster gets half the heap of a lone broker: three share the machine.
+    heap = "1g" if cfg.brokers == 1 else "512m"
     return [
-        _java(), "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        _java(), "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={HERE / 'log4j2.properties'}",
-        f"-Dkafka.logs.dir={cfg.kafka_dir}",
+        f"-Dkafka.logs.dir={node.dir}",
         "-cp", _classpath(libs),
     ]
 
 
-def _format(cfg: StackConfig, libs: Path, props: Path) -> None:
-    data = cfg.kafka_dir / "data"
-    if (data / "meta.properties").exists():
-        return
-    # As Kafka's own Uuid.randomUuid: never one that starts with "-", which the storage
-    # tool's command line would take for an option (1 in 64 random ids did).
+def _cluster_id(cfg: StackConfig) -> str:
+    """The id every node's storage is formatted with: node 1's if it has one (a node added
+    or wiped beside it), else a new one, as Kafka's own Uuid.randomUuid: never one that starts
+    with "-", which the storage tool's command line would take for an option (1 in 64 random
+    ids did)."""
+    meta = cfg.kafka_dir / "data" / "meta.properties"
+    if meta.exists():
+        for line in meta.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
     cluster_id = "-"
     while cluster_id.startswith("-"):
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    log(f"formatting KRaft storage in {data} (cluster {cluster_id})")
-    fmt_log = cfg.kafka_dir / "format.log"
+    return cluster_id
+
+
+def _check_shape(cfg: StackConfig) -> None:
+    """Node 1's storage was formatted for this many nodes: a KRaft quorum's voters are fixed
+    when it is formatted, so another count needs another stack."""
+    if not (cfg.kafka_dir / "data" / "meta.properties").exists():
+        return
+    try:
+        formatted = int((cfg.kafka_dir / CLUSTER_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        formatted = 1  # formatted before clusters existed: a broker alone
+    if formatted != cfg.brokers:
+        raise StackError(
+            f"the Kafka under {cfg.stack} was formatted for {formatted} broker(s), not "
+            f"{cfg.brokers}: stop it and delete it first (`make down CLEAN=1`, which deletes "
+            f"its records too), or run BROKERS={formatted}")
+
+
+def _format(cfg: StackConfig, libs: Path, node: KafkaNode, props: Path, cluster_id: str) -> None:
+    data = node.dir / "data"
+    if (data / "meta.properties").exists():
+        return
+    log(f"formatting KRaft storage in {data} (cluster {cluster_id}, node {node.node_id})")
+    fmt_log = node.dir / "format.log"
     with open(fmt_log, "w") as out:
         r = subprocess.run(
-            [*_jvm(cfg, libs), "kafka.tools.StorageTool", "format", "-t", cluster_id,
+            [*_jvm(cfg, libs, node), "kafka.tools.StorageTool", "format", "-t", cluster_id,
              "-c", str(props)],
             stdout=out, stderr=subprocess.STDOUT, timeout=120,
         )
     if r.returncode != 0:
         raise StackError(f"formatting Kafka storage failed (exit {r.returncode}); see "
                          f"{fmt_log}. Last lines:\n{tail(fmt_log)}")
+    if node.node_id == 1:
+        (node.dir / CLUSTER_FILE).write_text(f"{cfg.brokers}\n")
 
 
 def start(cfg: StackConfig) -> str:
-    """Start the broker unless it runs; returns 'running' or 'started'."""
-    pid_file = cfg.kafka_dir / "pid"
-    pid = read_pid(pid_file)
-    if pid is not None and pid_alive(pid):
-        _wait_ready(cfg, pid)
-        return "running"
+    """Start every node that does not run (all at once: a quorum of three elects no leader
+    with one voter), then wait until the cluster answers with all of them; returns 'running'
+    when all ran, else 'started'."""
+    _check_shape(cfg)
+    nodes = [n for n in cfg.kafka_nodes if not _running(n)]
+    if nodes:
+        libs = ensure_jars(cfg)
+        cluster_id = _cluster_id(cfg)
+        # Each node's storage is formatted by a JVM of its own: side by side, not in turn.
+        with ThreadPoolExecutor(len(nodes)) as pool:
+            list(pool.map(lambda n: _prepare_node(cfg, libs, n, cluster_id), nodes))
+        for node in nodes:
+            log(f"starting Kafka {KAFKA_VERSION} node {node.node_id} on {node.bootstrap} "
+                f"(log: {node.log})")
+            start_detached([*_jvm(cfg, libs, node), "kafka.Kafka",
+                            str(node.dir / "server.properties")], node.log, node.pid_file)
+    _wait_ready(cfg)
+    return "started" if nodes else "running"
+
+
+def _running(node: KafkaNode) -> bool:
+    pid = read_pid(node.pid_file)
+    return pid is not None and pid_alive(pid)
+
+
+def _prepare_node(cfg: StackConfig, libs: Path, node: KafkaNode, cluster_id: str) -> None:
+    """The node's port free, its ``server.properties`` written, its storage formatted."""
     # A broker of ours that died (pid recorded) may hold its port a moment longer.
-    if port_open(cfg.kafka_port) and not (pid is not None and port_released(cfg.kafka_port)):
+    recorded = read_pid(node.pid_file) is not None
+    if port_open(node.port) and not (recorded and port_released(node.port)):
         raise StackError(
-            f"port {cfg.kafka_port} is taken by a process this stack did not start; "
+            f"port {node.port} is taken by a process this stack did not start; "
             f"stop it or set EVIDENCE_KAFKA_PORT")
-    libs = ensure_jars(cfg)
-    cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
-    props = cfg.kafka_dir / "server.properties"
-    props.write_text(server_properties(cfg))
-    _format(cfg, libs, props)
-    log(f"starting Kafka {KAFKA_VERSION} on {cfg.bootstrap} (log: {cfg.kafka_log})")
-    pid = start_detached([*_jvm(cfg, libs), "kafka.Kafka", str(props)], cfg.kafka_log, pid_file)
-    _wait_ready(cfg, pid)
-    return "started"
+    node.dir.mkdir(parents=True, exist_ok=True)
+    props = node.dir / "server.properties"
+    props.write_text(server_properties(cfg, node))
+    _format(cfg, libs, node, props, cluster_id)
 
 
-def _wait_ready(cfg: StackConfig, pid: int) -> None:
+def _wait_ready(cfg: StackConfig) -> None:
     from confluent_kafka.admin import AdminClient
 
+    nodes = cfg.kafka_nodes
+    one = len(nodes) == 1
+
     def ready() -> bool:
-        if not port_open(cfg.kafka_port):
+        for n in nodes:  # the first node to die is the one named, with its own log
+            if node_pid(n) is None:
+                raise StackError(
+                    f"Kafka broker{'' if one else f' {n.node_id}'} exited during start-up; "
+                    f"see {n.log}. Last lines:\n{tail(n.log)}")
+        if not all(port_open(n.port) for n in nodes):
             return False
         md = AdminClient({"bootstrap.servers": cfg.bootstrap}).list_topics(timeout=3)
-        return bool(md.brokers) and md.controller_id >= 0
+        return set(md.brokers) == {n.node_id for n in nodes} and md.controller_id >= 0
 
-    wait_until("Kafka broker", ready, READY_TIMEOUT, cfg.kafka_log, pid)
+    wait_until("Kafka broker" if one else f"a Kafka cluster of {len(nodes)}", ready,
+               READY_TIMEOUT, cfg.kafka_log)
 
 
 def stop(cfg: StackConfig) -> bool:
-    return stop_pid_file("Kafka", cfg.kafka_dir / "pid", timeout=60)
+    """Stop every node the stack has a pid file for (``.stack/kafka``, ``.stack/kafka-<n>``),
+    whatever the configured count; True if any ran."""
+    files = [cfg.kafka_dir / "pid", *sorted(cfg.stack.glob("kafka-*/pid"))]
+    return stop_pid_files("Kafka", files, timeout=60) > 0
+
+
+def node_pid(node: KafkaNode) -> int | None:
+    """The node's pid when it runs."""
+    pid = read_pid(node.pid_file)
+    return pid if pid is not None and pid_alive(pid) else None

@@ -104,6 +104,32 @@ def stop_pid_file(what: str, pid_file: Path, timeout: float = 30.0) -> bool:
     return True
 
 
+def stop_pid_files(what: str, pid_files: list[Path], timeout: float = 30.0) -> int:
+    """:func:`stop_pid_file` for several processes at once (SIGTERM to all, then wait): the
+    nodes of a Kafka cluster, each of which waits for the others' quorum while it shuts
+    down; how many ran."""
+    running = []
+    for pid_file in pid_files:
+        pid = read_pid(pid_file)
+        if pid is None or not pid_alive(pid):
+            pid_file.unlink(missing_ok=True)
+            continue
+        log(f"stopping {what} (pid {pid}, {pid_file.parent.name})")
+        _signal_group(pid, signal.SIGTERM)
+        running.append((pid, pid_file))
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(pid) for pid, _ in running) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid, pid_file in running:
+        if pid_alive(pid):
+            log(f"{what} (pid {pid}) did not stop in {timeout:.0f} s; killing it")
+            _signal_group(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                time.sleep(0.1)
+        pid_file.unlink(missing_ok=True)
+    return len(running)
+
+
 def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)  # started with start_new_session: pid is the group leader

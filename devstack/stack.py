@@ -147,6 +147,9 @@ def _write_env(cfg: StackConfig) -> dict[str, str]:
         "EVIDENCE_WITNESS_LISTEN": f"127.0.0.1:{cfg.witness_port}",
         **_policy_files(previous),
     }
+    if cfg.brokers > 1:
+        # The topics `ensure_topics` makes, and the writer checks, replicated on the cluster.
+        env["EVIDENCE_REPLICATION_FACTOR"] = str(cfg.replication_factor)
     cfg.stack.mkdir(parents=True, exist_ok=True)
     text = "# written by `make up`; `source .stack/env` to use the stack from a shell\n"
     text += "".join(f"export {k}={v}\n" for k, v in env.items())
@@ -167,7 +170,7 @@ def up(cfg: StackConfig | None = None, with_services: bool = True) -> dict[str, 
     created = ensure_topics(cfg.bootstrap, settings)
     topics_state = f"created {', '.join(created)}" if created else "all present, configs checked"
     rows = [
-        ("kafka", f"{kafka_state} at {cfg.bootstrap} (log {cfg.kafka_log})"),
+        *_kafka_rows(cfg, kafka_state),
         ("postgres", f"{pg_state} at 127.0.0.1:{cfg.postgres_port}/{cfg.db_name} "
                      f"(log {cfg.postgres_log})"),
         ("topics", topics_state),
@@ -189,6 +192,17 @@ def up(cfg: StackConfig | None = None, with_services: bool = True) -> dict[str, 
     return env
 
 
+def _kafka_rows(cfg: StackConfig, state: str) -> list[tuple[str, str]]:
+    """One row for a broker alone, as before clusters; one a node on a cluster."""
+    if cfg.brokers == 1:
+        return [("kafka", f"{state} at {cfg.bootstrap} (log {cfg.kafka_log})")]
+    rows = [("kafka", f"{state}: {cfg.brokers} brokers, replication factor "
+                      f"{cfg.replication_factor}, min.insync.replicas "
+                      f"{cfg.min_insync_replicas}, unclean election off")]
+    rows += [(f"kafka-{n.node_id}", f"at {n.bootstrap} (log {n.log})") for n in cfg.kafka_nodes]
+    return rows
+
+
 def down(cfg: StackConfig | None = None, clean: bool = False) -> None:
     cfg = cfg or StackConfig.from_env()
     services.stop_all(cfg)
@@ -203,10 +217,13 @@ def down(cfg: StackConfig | None = None, clean: bool = False) -> None:
 
 def status(cfg: StackConfig | None = None) -> list[tuple[str, str]]:
     cfg = cfg or StackConfig.from_env()
-    kpid = read_pid(cfg.kafka_dir / "pid")
-    rows = [
-        ("kafka", f"running (pid {kpid}) at {cfg.bootstrap}" if kpid and pid_alive(kpid)
-         else "stopped"),
+    rows = []
+    for node in cfg.kafka_nodes:
+        pid = read_pid(node.pid_file)
+        name = "kafka" if cfg.brokers == 1 else f"kafka-{node.node_id}"
+        rows.append((name, f"running (pid {pid}) at {node.bootstrap}"
+                     if pid and pid_alive(pid) else "stopped"))
+    rows += [
         ("postgres", f"answering at 127.0.0.1:{cfg.postgres_port}"
          if port_open(cfg.postgres_port) else "stopped"),
     ]
