@@ -1,13 +1,26 @@
-"""docker-compose.yml cannot run here (no Docker engine); this keeps it in step with the
-devstack: same services, ports, Kafka version, topic names and EVIDENCE_* variables."""
+"""docker-compose.yml and the Dockerfile cannot run here (no Docker engine); this keeps them in
+step with the devstack (same services, ports, Kafka version, topic names and EVIDENCE_*
+variables), checks the compose file against the compose-spec schema and the Dockerfile with
+hadolint, and holds their shape: the init service and the volumes it fills, the commands the
+services run, the native crates built in a stage of their own and installed as wheels."""
 
+import argparse
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
+import dockerfile
+import jsonschema
 import yaml
 
 from devstack import StackConfig
 from devstack.config import KAFKA_VERSION
 from devstack.services import SERVICES
+from evidence_contract.tlog import DEFAULT_LOG_NAME
 from topics import TopicSettings
 
 ROOT = Path(__file__).parents[2]
@@ -96,7 +109,7 @@ def test_compose_database_matches_the_devstack_credentials():
 
 def test_project_services_get_the_stack_env_variables_and_topic_names():
     required = {"EVIDENCE_KAFKA_BOOTSTRAP", "EVIDENCE_DATABASE_URL", "EVIDENCE_API_URL",
-                "EVIDENCE_API_KEY", "EVIDENCE_TOPIC_PREFIX"}
+                "EVIDENCE_TOPIC_PREFIX"}
     for name in [*PROJECT_SERVICES, "topics"]:
         env = SVC[name]["environment"]
         assert required <= set(env), name
@@ -115,6 +128,240 @@ def test_the_writer_gets_the_log_key_variables_and_a_mounted_key_file():
     env = SVC["writer"]["environment"]
     assert {"EVIDENCE_LOG_NAME", "EVIDENCE_LOG_SIGNING_KEY_FILE",
             "EVIDENCE_LOG_VERIFIER_KEY_FILE"} <= set(env)
-    mounts = {v.rsplit(":", 2)[1] for v in SVC["writer"]["volumes"]}  # host:container:ro
-    assert env["EVIDENCE_LOG_SIGNING_KEY_FILE"] in mounts
-    assert env["EVIDENCE_LOG_VERIFIER_KEY_FILE"] in mounts
+    assert _mounted_at(env["EVIDENCE_LOG_SIGNING_KEY_FILE"], "writer")
+    assert _mounted_at(env["EVIDENCE_LOG_VERIFIER_KEY_FILE"], "writer")
+
+
+# -- the init service and the volumes it fills ----------------------------------------------
+
+def _mounts(service: str) -> dict[str, tuple[str, bool]]:
+    """A service's volumes (short syntax): container path -> (source, read-only)."""
+    out = {}
+    for v in SVC[service].get("volumes", []):
+        source, target, *opts = v.split(":")
+        out[target] = (source, bool(opts) and "ro" in opts[0].split(","))
+    return out
+
+
+def _mounted_at(path: str, service: str) -> tuple[str, bool] | None:
+    """The (source, read-only) of the mount of ``service`` that holds ``path``, or None."""
+    for target, mount in _mounts(service).items():
+        if path == target or path.startswith(target.rstrip("/") + "/"):
+            return mount
+    return None
+
+
+def _interpolated(text: str) -> str:
+    """``text`` as compose interpolates it with no variable set (``${X:-d}`` is d)."""
+    text = re.sub(r"\$\{[A-Z0-9_]+:?-([^}]*)\}", r"\1", text)
+    return re.sub(r"\$\{[A-Z0-9_]+\}", "", text).replace("$$", "$")
+
+
+def _init_module():
+    spec = importlib.util.spec_from_file_location("compose_init", ROOT / "ops/compose_init.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+INIT_VOLUMES = {"log-key", "witness-key", "api-keys", "public-keys"}
+
+
+def test_compose_file_is_valid_by_the_compose_spec_schema():
+    # The compose-spec JSON schema, vendored (tests/unit/compose_spec/README.md says whence).
+    schema = json.loads((ROOT / "tests/unit/compose_spec/compose-spec.json").read_text())
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in jsonschema.Draft7Validator(schema).iter_errors(COMPOSE)]
+    assert errors == []
+
+
+def test_no_service_mounts_a_host_path():
+    declared = set(COMPOSE["volumes"])
+    for name, svc in SVC.items():
+        for target, (source, _ro) in _mounts(name).items():
+            assert source in declared, (
+                f"{name} mounts {source} at {target}: a host path (made by `make up`, or by "
+                f"nobody on a Docker host); a named volume, filled by init, instead")
+    assert ".stack/" not in (ROOT / "docker-compose.yml").read_text()
+
+
+def test_init_runs_once_as_root_and_makes_the_keys_into_named_volumes():
+    init = SVC["init"]
+    assert init["build"] == "." and init["restart"] == "no" and "depends_on" not in init
+    assert init["user"] == "0:0", "to give the files to the services' user"
+    assert init["entrypoint"] == ["python", "/app/ops/compose_init.py"]
+    mod = _init_module()
+    args = mod.parser().parse_args([_interpolated(a) for a in init["command"]])
+    assert args.log_name == DEFAULT_LOG_NAME and args.show is None
+    assert args.owner == _dockerfile_user(), "the files go to the user the services run as"
+    mounts = _mounts("init")
+    made = {p.parent for p in mod.paths(args.root).values()}
+    assert {Path(t) for t, (src, ro) in mounts.items() if src in INIT_VOLUMES} == made
+    assert not any(ro for _src, ro in mounts.values()), "init writes every volume it mounts"
+    for d in args.writable:
+        assert str(d) in mounts, f"--writable {d} is a volume init mounts"
+
+
+def test_every_service_that_reads_a_key_mounts_it_read_only_and_waits_for_init():
+    owned = {src for t, (src, _ro) in _mounts("init").items()}
+    writable = {str(d) for d in _init_module().parser().parse_args(
+        [_interpolated(a) for a in SVC["init"]["command"]]).writable}
+    readers = set()
+    for name in set(SVC) - {"init"}:
+        env = SVC[name].get("environment", {})
+        for var, value in env.items():
+            if var.endswith(("_FILE", "_DIR")) and str(value).startswith("/"):
+                assert _mounted_at(str(value), name), f"{name}: {var}={value} is mounted nowhere"
+        for target, (source, ro) in _mounts(name).items():
+            if source not in owned:
+                continue
+            readers.add(name)
+            assert ro or target in writable, f"{name} mounts {source} writable"
+            assert SVC[name]["depends_on"]["init"] == {
+                "condition": "service_completed_successfully"}, name
+    assert readers == {"writer", "publisher", "witness", "api"}
+
+
+def test_every_service_names_the_same_log():
+    names = {_interpolated(SVC[s]["environment"]["EVIDENCE_LOG_NAME"])
+             for s in ("writer", "publisher", "api")}
+    init = SVC["init"]["command"]
+    names.add(_interpolated(init[init.index("--log-name") + 1]))
+    assert names == {DEFAULT_LOG_NAME}
+
+
+def test_every_variable_compose_sets_is_in_the_configuration_reference():
+    documented = set(re.findall(r"`(EVIDENCE_[A-Z0-9_]+)`",
+                                (ROOT / "docs/configuration.md").read_text()))
+    for name, svc in SVC.items():
+        env = svc.get("environment", {})
+        assert not {v for v in env if v.startswith("EVIDENCE_")} - documented, name
+
+
+def test_the_commands_the_services_run_exist_in_the_installed_cli():
+    from cli.main import SUBCOMMAND_MODULES, _commands
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["evidence"] == "cli.main:main"
+    shipped = [p.rstrip("*") for p in
+               pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
+    parser = argparse.ArgumentParser(prog="evidence", exit_on_error=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for cmd, (help_text, add_args, _run) in _commands().items():
+        add_args(sub.add_parser(cmd, help=help_text))
+    for name, svc in SVC.items():
+        if svc.get("build") != "." or name == "init":
+            continue
+        entry = svc.get("entrypoint", _dockerfile_entrypoint())
+        assert entry[-1] == "--" and 'exec evidence "$$@"' in entry[2] \
+            if entry[0] == "sh" else entry == ["evidence"], name
+        parser.parse_args(svc["command"])  # SystemExit when `evidence` has no such command
+        assert SUBCOMMAND_MODULES[svc["command"][0]].split(".")[0] in shipped, name
+    script = SVC["init"]["entrypoint"][1].removeprefix(_dockerfile_workdir() + "/")
+    assert (ROOT / script).is_file() and not _dockerignored(script)
+
+
+# -- the Dockerfile ---------------------------------------------------------------------------
+
+def _stages() -> list[list]:
+    """The Dockerfile's instructions, one list per stage (each starts with its FROM)."""
+    stages: list[list] = []
+    for cmd in dockerfile.parse_file(str(ROOT / "Dockerfile")):
+        if cmd.cmd == "FROM":
+            stages.append([])
+        stages[-1].append(cmd)
+    return stages
+
+
+def _last(stage: list, instruction: str):
+    found = [c for c in stage if c.cmd == instruction]
+    return found[-1] if found else None
+
+
+def _dockerfile_user() -> str:
+    return _last(_stages()[-1], "USER").value[0]
+
+
+def _dockerfile_entrypoint() -> list[str]:
+    return list(_last(_stages()[-1], "ENTRYPOINT").value)
+
+
+def _dockerfile_workdir() -> str:
+    return _last(_stages()[-1], "WORKDIR").value[0]
+
+
+def _native_crates() -> list[str]:
+    """The native crates the Makefile builds for `make up` (native/<crate>/build.sh)."""
+    crates = re.findall(r"sh native/(\w+)/build\.sh", (ROOT / "Makefile").read_text())
+    assert crates
+    return crates
+
+
+def _dockerignored(path: str) -> bool:
+    """Whether .dockerignore keeps ``path`` out of the build context (its patterns, with
+    ``**``; a pattern that matches a directory keeps out what is under it)."""
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for pattern in patterns:
+        rx = re.escape(pattern).replace(r"\*\*/", "(.*/)?").replace(r"\*\*", ".*")
+        rx = rx.replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+        if any(re.fullmatch(rx, p) for p in prefixes):
+            return True
+    return False
+
+
+def test_the_dockerfile_builds_the_native_crates_in_a_stage_of_their_own():
+    builder, runtime = _stages()
+    image, _as, name = builder[0].value
+    assert name == "native"
+    rust = re.fullmatch(r"rust:1\.(\d+)-slim-(\w+)", image)
+    minimum = re.search(r"RUST_MIN=(\d+)", (ROOT / "native/toolchain.sh").read_text())
+    assert rust and int(rust.group(1)) >= int(minimum.group(1)), image
+    assert runtime[0].value[0].endswith(f"-slim-{rust.group(2)}"), "one Debian, one libc"
+    assert any(c.cmd == "COPY" and c.value[0] == "native/" for c in builder)
+    builds = [c.value[0] for c in builder if c.cmd == "RUN" and " wheel " in c.value[0]]
+    assert len(builds) == 1 and "--wheel-dir /wheels" in builds[0]
+    for crate in _native_crates():
+        assert f"./native/{crate}" in builds[0].split(), crate
+        for f in ("Cargo.toml", "Cargo.lock", "pyproject.toml", "src/lib.rs"):
+            assert not _dockerignored(f"native/{crate}/{f}")
+        assert _dockerignored(f"native/{crate}/target/release/x.so"), "the host's build"
+
+
+def test_the_runtime_stage_installs_the_wheels_and_refuses_the_pure_paths():
+    runtime = _stages()[-1]
+    python = re.fullmatch(r"python:(\d+)\.(\d+)-slim-\w+", runtime[0].value[0])
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert (int(python.group(1)), int(python.group(2))) >= tuple(
+        int(x) for x in requires.removeprefix(">=").split("."))
+    assert any(c.cmd == "COPY" and c.flags == ("--from=native",) and c.value == ("/wheels",
+               "/wheels") for c in runtime)
+    install = next(c.value[0] for c in runtime if c.cmd == "RUN" and "pip install" in c.value[0])
+    words = install.split()
+    assert {"-c", "constraints.txt", "/wheels/*.whl", "."} <= set(words)
+    # The image refuses to build when the compiled paths are missing or refused.
+    assert "EVIDENCE_NATIVE=1 python -c" in install
+    assert "projections.fastrows" in install and "writer.native.select()" in install
+    env = {k: v for c in runtime if c.cmd == "ENV" for k, v in zip(c.value[::2], c.value[1::2])}
+    assert env["EVIDENCE_NATIVE"] == "1"
+    assert re.fullmatch(r"\d+:\d+", _dockerfile_user()), "numeric: what init chowns to"
+    assert _dockerfile_entrypoint() == ["evidence"]
+
+
+def test_the_dockerfile_passes_hadolint():
+    hadolint = Path(sys.executable).parent / "hadolint"
+    done = subprocess.run([str(hadolint), "--no-color", str(ROOT / "Dockerfile")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dockerignore_keeps_out_the_local_stack_and_keeps_the_source():
+    for path in (".stack/log.skey", ".venv/bin/python", ".git/HEAD", "build/browser/x.js",
+                 "packaging/contract/build/lib/x.py", "writer/__pycache__/core.pyc"):
+        assert _dockerignored(path), path
+    for path in ("pyproject.toml", "constraints.txt", "README.md", "writer/core.py",
+                 "packaging/contract/pyproject.toml", "ops/compose_init.py",
+                 "projections/schema.sql"):
+        assert not _dockerignored(path), path
