@@ -8,6 +8,7 @@ import argparse
 import importlib.util
 import json
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -365,3 +366,36 @@ def test_dockerignore_keeps_out_the_local_stack_and_keeps_the_source():
                  "packaging/contract/pyproject.toml", "ops/compose_init.py",
                  "projections/schema.sql"):
         assert not _dockerignored(path), path
+
+
+def _docker_doc_commands() -> list[list[str]]:
+    """The `docker compose` commands of docs/operations.md's Docker section, split."""
+    text = (ROOT / "docs/operations.md").read_text()
+    section = text[text.index("## Docker\n"):]
+    section = section[:section.index("\n## ", 1)]
+    out = []
+    for line in section.splitlines():
+        line = line.split("#", 1)[0].strip()
+        line = re.sub(r"^export \w+=\$\((.*)\)$", r"\1", line)
+        if line.startswith("docker compose "):
+            out.append(shlex.split(line.split(">", 1)[0])[2:])
+    return out
+
+
+def test_the_docker_docs_run_services_and_init_options_that_exist():
+    commands = _docker_doc_commands()
+    assert [c[0] for c in commands][:3] == ["up", "logs", "run"], "up first, then the key"
+    init = _init_module().parser()
+    for args in commands:
+        if args[0] == "logs":
+            assert args[1] in SVC
+        if args[0] != "run":
+            continue
+        rest = args[1:]
+        while rest[0].startswith("-"):  # run's own options (--rm, -T, -v X, --entrypoint X)
+            rest = rest[2:] if rest[0] in ("-v", "--entrypoint") else rest[1:]
+        assert rest[0] in SVC, args
+        if rest[0] == "init" and "--entrypoint" not in args:
+            init.parse_args(rest[1:])  # SystemExit for an option init does not have
+    readme = (ROOT / "README.md").read_text()
+    assert "`docker compose up -d --build`" in readme and "`docker compose logs init`" in readme
