@@ -321,6 +321,9 @@ def test_the_dockerfile_builds_the_native_crates_in_a_stage_of_their_own():
     minimum = re.search(r"RUST_MIN=(\d+)", (ROOT / "native/toolchain.sh").read_text())
     assert rust and int(rust.group(1)) >= int(minimum.group(1)), image
     assert runtime[0].value[0].endswith(f"-slim-{rust.group(2)}"), "one Debian, one libc"
+    # The builder's python3 is Debian's; native/rows' wheel is for that Python only (no abi3).
+    debian_python = {"bookworm": "3.11", "trixie": "3.13"}[rust.group(2)]
+    assert runtime[0].value[0].startswith(f"python:{debian_python}-")
     assert any(c.cmd == "COPY" and c.value[0] == "native/" for c in builder)
     builds = [c.value[0] for c in builder if c.cmd == "RUN" and " wheel " in c.value[0]]
     assert len(builds) == 1 and "--wheel-dir /wheels" in builds[0]
