@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.fixtures.pipeline",
     "tests.fixtures.audit",
     "tests.fixtures.litewitness",
+    "tests.fixtures.erased",
 ]
 
 

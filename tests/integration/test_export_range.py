@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-import uuid
 
 import pytest
 
-from tests.integration.test_audit_range import FAST, evidence, sealed_stream, wait_covered
+from tests.integration.test_audit_range import evidence, sealed_stream, wait_covered
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -96,49 +94,19 @@ def test_the_whole_stream_and_usage_errors(make_pipeline, kafka_bootstrap, tmp_p
     assert (one / "record.avro").is_file() and not (one / "range.json").exists()
 
 
-def test_a_range_with_an_erased_record_carries_the_logs_receipt(
-        tmp_path, make_pipeline, make_recorder, fake_provider):
-    import openai
-
-    from evidence_client import call_context
-    from tests.fixtures.keystore import file_key_store
-    from tests.fixtures.log import wait_until
-    from tests.integration.test_audit_range import env_of
-
-    store, store_env = file_key_store(tmp_path)
-    p = make_pipeline(partitions=1, env=FAST)
-    stream = f"export-{uuid.uuid4().hex[:8]}:chat"
-    recorder = make_recorder(p.topics, stream=stream, content_policy="encrypt",
-                             key_store=store)
-    client = openai.OpenAI(base_url=fake_provider.url + "/v1", api_key="k", max_retries=0,
-                           http_client=recorder.http_client())
-    for subject in ("user-ada", "user-bob"):
-        with call_context(subject=subject, input=f"{subject}'s secret"):
-            client.chat.completions.create(
-                model="gpt-4o", seed=1,
-                messages=[{"role": "user", "content": f"{subject}'s secret"}])
-    recorder.close()
-    p.wait_records(stream, 2, timeout=60)
+def test_a_range_with_an_erased_record_carries_the_logs_receipt(tmp_path, make_erased_stream):
+    erased = make_erased_stream("export", request_id="dsr-range")
+    p, stream = erased.pipeline, erased.stream
     wait_covered(p, stream, 2)
-    ada_key = store.data_key("user-ada").key_id
-    [ada] = [r for r in p.api.get(f"/streams/{stream}/records").json()["records"]
-             if r["key_id"] == ada_key]
-    erase = subprocess.run(
-        [sys.executable, "-m", "cli.main", "erase", "--subject", "user-ada", "--request-id",
-         "dsr-range", "--wait", "45"], env={**env_of(p), **store_env}, capture_output=True,
-        text=True, timeout=120)
-    assert erase.returncode == 0, erase.stderr
-    wait_until("the record seen as erased", lambda: p.api.get(
-        f"/streams/{stream}/records/{ada['seq']}").json()["content"] == "erased", 60, 0.1)
 
     out = tmp_path / "erased"
     r = evidence(p, "export", "--stream", stream, "--seq", "1..2", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "1 records' content erased" in r.stdout
-    erased_dir = out / "records" / f"{ada['seq']:010d}"
+    erased_dir = out / "records" / f"{erased.seq:010d}"
     assert (erased_dir / "erasure.note").is_file()
     assert "dsr-range" in (erased_dir / "VERIFY.md").read_text()
-    assert json.loads((out / "range.json").read_text())["records"][ada["seq"] - 1]["erased"]
+    assert json.loads((out / "range.json").read_text())["records"][erased.seq - 1]["erased"]
     v = evidence(p, "verify", str(out))
     assert v.returncode == 0 and "VERIFIED" in v.stdout, v.stdout + v.stderr
     sh = subprocess.run(["sh", str(out / "verify.sh")], capture_output=True, text=True,

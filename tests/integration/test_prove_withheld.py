@@ -21,33 +21,21 @@ import sys
 import uuid
 from pathlib import Path
 
-import openai
 import pytest
 
-from evidence_client import call_context
 from evidence_contract.merkle import record_leaf_hash
-from tests.fixtures.keystore import file_key_store
-from tests.fixtures.log import wait_until
+from tests.fixtures.erased import FAST, wait_checkpoint
 from tests.fixtures.writer import make_capture, produce_captures, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = {"EVIDENCE_CHECKPOINT_INTERVAL_S": "0.3"}
 EMAIL = "ada.lovelace@example.com"
 
 
-def _evidence(p, *args: str, env: dict[str, str] | None = None):
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env or p.env(),
+def _evidence(p, *args: str):
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], env=p.env(),
                           capture_output=True, timeout=120, cwd=ROOT)
-
-
-def _wait_checkpoint(p, stream: str, size: int) -> None:
-    def ready() -> bool:
-        r = p.api.get(f"/streams/{stream}/checkpoint")
-        return r.status_code == 200 and int(r.content.split(b"\n")[1]) >= size
-
-    wait_until(f"a checkpoint of {stream} covering {size} records", ready, 60, 0.1)
 
 
 def _sse(*pieces: str) -> bytes:
@@ -76,7 +64,7 @@ def test_prove_folds_the_served_leaf_of_a_redacted_record(tmp_path, make_pipelin
                               "started_at": 1, "duration_us": 1}),
     ])
     p.wait_records(stream, 2, timeout=60)
-    _wait_checkpoint(p, stream, 2)
+    wait_checkpoint(p, stream, 2)
     log = {v.value() for v in read_all(p.projection.bootstrap, p.topics.names.log)}
 
     for seq in (1, 2):
@@ -102,34 +90,9 @@ def test_prove_folds_the_served_leaf_of_a_redacted_record(tmp_path, make_pipelin
     assert audit["clean"] is True, audit
 
 
-def test_an_erased_record_is_served_as_in_a_page_and_its_proof_verifies(
-        tmp_path, make_pipeline, make_recorder, fake_provider):
-    store, store_env = file_key_store(tmp_path)
-    p = make_pipeline(partitions=1, env=FAST)
-    stream = f"erase-{uuid.uuid4().hex[:8]}:chat"
-    recorder = make_recorder(p.topics, stream=stream, content_policy="encrypt",
-                             key_store=store)
-    client = openai.OpenAI(base_url=fake_provider.url + "/v1", api_key="k", max_retries=0,
-                           http_client=recorder.http_client())
-    for subject in ("user-ada", "user-bob"):
-        with call_context(subject=subject, input=f"{subject}'s secret"):
-            client.chat.completions.create(
-                model="gpt-4o", seed=1,
-                messages=[{"role": "user", "content": f"{subject}'s secret"}])
-    recorder.close()
-    p.wait_records(stream, 2, timeout=60)
-    _wait_checkpoint(p, stream, 2)
-    ada_key = store.data_key("user-ada").key_id
-    [ada] = [r for r in p.api.get(f"/streams/{stream}/records").json()["records"]
-             if r["key_id"] == ada_key]
-    seq = ada["seq"]
-
-    env = {**p.env(), **store_env, "EVIDENCE_PG_VIEWS_SCHEMA": p.projection.views_schema}
-    out = _evidence(p, "erase", "--subject", "user-ada", "--request-id", "dsr-prove",
-                    "--wait", "45", env=env)
-    assert out.returncode == 0, out.stderr.decode()
-    wait_until("the record seen as erased", lambda: p.api.get(
-        f"/streams/{stream}/records/{seq}").json()["content"] == "erased", 60, 0.1)
+def test_an_erased_record_is_served_as_in_a_page_and_its_proof_verifies(make_erased_stream):
+    erased = make_erased_stream("erase", request_id="dsr-prove")
+    p, stream, seq, ada = erased.pipeline, erased.stream, erased.seq, erased.record
 
     page = {r["seq"]: r for r in p.api.get(f"/streams/{stream}/records",
                                            params={"include": "bytes"}).json()["records"]}
