@@ -91,6 +91,7 @@ FATAL_EVENT_WAIT_S = 10.0  # how long a call failed with _FATAL waits for the fa
 FENCING_WAIT_S = 5.0  # how long a fenced writer waits for a rival to join the group
 FENCING_WINDOW_S, FENCINGS_FOR_RIVAL = 120.0, 3  # this many fencings in the window: a rival
 BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 30.0, 30.0
+KEEP_ASK_S = 5.0  # the committed offsets asked at a revoke; past it, nothing is kept
 
 log = event_logger("evidence.writer")
 
@@ -134,6 +135,7 @@ class WriterService:
         self._backoff = BACKOFF_MIN_S
         self._fencings: list[float] = []
         self._member_ids: set[str] = set()  # every group member id our consumers have had
+        self._kept: dict[int, int] = {}  # revoked, state kept: partition -> committed offset
 
     # -- life cycle ---------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -206,7 +208,7 @@ class WriterService:
         self._consumer = make.consumer(
             consumer_config(cfg, self._on_consumer_error, self.client_id))
         self._consumer.subscribe([self.names.intake], on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         self._loop = SealLoop(self._producer, self._consumer, self.sealer, cfg, self.metrics,
                               self._clock, self._raise_failure, lambda: self._rebalances,
                               self._deadline_s)
@@ -227,6 +229,7 @@ class WriterService:
                 with contextlib.suppress(Exception):
                     c.close()
         self.sealer.abort()
+        self._kept = {}
         for p in self.sealer.owned():
             self.sealer.revoke(p)
         if wedged:
@@ -413,7 +416,10 @@ class WriterService:
             committed = stable_committed(consumer, partitions, self.config.stable_offsets_wait_s,
                                          lambda: self._stop)
             t1 = time.monotonic()
+            kept = self._keep(committed)
             for tp in committed:
+                if tp.partition in kept:
+                    continue
                 heads, window, trees = restore(reader, self.config, self.sealer, tp.partition,
                                                self._clock)
                 self.sealer.assign(tp.partition, heads, window, trees)
@@ -425,7 +431,8 @@ class WriterService:
             consumer.assign(committed)
             self._note_member_id(consumer)
             log("info", "assigned", partitions=[tp.partition for tp in committed],
-                offsets_wait_s=round(t1 - t0, 3), restore_s=round(time.monotonic() - t1, 3))
+                kept=sorted(kept), offsets_wait_s=round(t1 - t0, 3),
+                restore_s=round(time.monotonic() - t1, 3))
         except WriterError as e:
             self._failure = self._failure or e
             consumer.assign([])  # own nothing we could not restore
@@ -439,14 +446,53 @@ class WriterService:
             if member_id:
                 self._member_ids.add(member_id)
 
+    def _keep(self, committed: list[TopicPartition]) -> set[int]:
+        """The partitions assigned again whose kept state still holds: their committed offset
+        is the one at the revoke, so no transaction sealed or receipted on them since (each
+        commits its intake offsets) and a restore would read back what is held. The other
+        kept ones are let go."""
+        kept, self._kept = self._kept, {}
+        now = {tp.partition: tp.offset for tp in committed}
+        held = {p for p, offset in kept.items()
+                if now.get(p) == offset and self.sealer.owns(p)}
+        for p in self.sealer.owned():
+            if p not in held:
+                self.sealer.revoke(p)
+        return held
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Callbacks run inside consume(), which is only called between transactions, so no
-        # transaction holds records of these partitions. Messages of these partitions that an
-        # earlier consume call of the same batch returned are dropped (kafka_io.consume_batch).
+        """Eager rebalancing revokes every partition. Callbacks run inside consume(), between
+        transactions, so the sealer's state of each is the last committed transaction's: it
+        is kept with the committed offset, for :meth:`_keep`, so that a rebalance restores
+        only the partitions that move. Messages of these partitions an earlier consume call
+        of the batch returned are dropped (kafka_io.consume_batch)."""
         self._rebalances += 1
+        self._kept = {}
+        owned = [tp for tp in partitions if self.sealer.owns(tp.partition)]
+        try:
+            if owned:
+                with kafka_errors("committed offsets at revoke"):
+                    offsets = consumer.committed(owned, timeout=KEEP_ASK_S)
+                self._kept = {tp.partition: tp.offset for tp in offsets
+                              if tp.error is None and tp.offset >= 0}
+        except WriterError as e:  # restored if assigned again
+            log("info", "revoke_offsets_unknown", error=str(e))
+        for tp in partitions:
+            if tp.partition not in self._kept:
+                self.sealer.revoke(tp.partition)
+        log("info", "revoked", partitions=[tp.partition for tp in partitions],
+            kept=sorted(self._kept))
+        with contextlib.suppress(Exception):
+            consumer.unassign()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group took the partitions away (our session expired): another writer may have
+        sealed on them since, so nothing is kept."""
+        self._rebalances += 1
+        self._kept = {}
         for tp in partitions:
             self.sealer.revoke(tp.partition)
-        log("info", "revoked", partitions=[tp.partition for tp in partitions])
+        log("info", "revoked", partitions=[tp.partition for tp in partitions], lost=True)
         with contextlib.suppress(Exception):
             consumer.unassign()
 
