@@ -171,10 +171,11 @@ def _format(cfg: StackConfig, libs: Path, node: KafkaNode, props: Path, cluster_
         (node.dir / CLUSTER_FILE).write_text(f"{cfg.brokers}\n")
 
 
-def start(cfg: StackConfig) -> str:
+def start(cfg: StackConfig, timeout: float | None = None) -> str:
     """Start every node that does not run (all at once: a quorum of three elects no leader
-    with one voter), then wait until the cluster answers with all of them; returns 'running'
-    when all ran, else 'started'."""
+    with one voter), then wait until the cluster answers with all of them (``timeout`` s,
+    by default ``EVIDENCE_KAFKA_READY_TIMEOUT``); returns 'running' when all ran, else
+    'started'."""
     _check_shape(cfg)
     nodes = [n for n in cfg.kafka_nodes if not _running(n)]
     if nodes:
@@ -188,7 +189,7 @@ def start(cfg: StackConfig) -> str:
                 f"(log: {node.log})")
             start_detached([*_jvm(cfg, libs, node), "kafka.Kafka",
                             str(node.dir / "server.properties")], node.log, node.pid_file)
-    _wait_ready(cfg)
+    _wait_ready(cfg, READY_TIMEOUT if timeout is None else timeout)
     return "started" if nodes else "running"
 
 
@@ -211,11 +212,12 @@ def _prepare_node(cfg: StackConfig, libs: Path, node: KafkaNode, cluster_id: str
     _format(cfg, libs, node, props, cluster_id)
 
 
-def _wait_ready(cfg: StackConfig) -> None:
-    from confluent_kafka.admin import AdminClient
+def _wait_ready(cfg: StackConfig, timeout: float) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     nodes = cfg.kafka_nodes
     one = len(nodes) == 1
+    missing = list(nodes)
 
     def ready() -> bool:
         for n in nodes:  # the first node to die is the one named, with its own log
@@ -225,11 +227,41 @@ def _wait_ready(cfg: StackConfig) -> None:
                     f"see {n.log}. Last lines:\n{tail(n.log)}")
         if not all(port_open(n.port) for n in nodes):
             return False
-        md = AdminClient({"bootstrap.servers": cfg.bootstrap}).list_topics(timeout=3)
-        return set(md.brokers) == {n.node_id for n in nodes} and md.controller_id >= 0
+        admin = AdminClient({"bootstrap.servers": cfg.bootstrap})
+        md = admin.list_topics(timeout=3)
+        missing[:] = [n for n in nodes if n.node_id not in md.brokers]
+        if missing or md.controller_id < 0:
+            return False
+        if not one and not all(_sees_all(n, len(nodes)) for n in nodes):
+            return False
+        if not one:
+            # Listed is not yet unfenced: a topic replicated on every node can be placed only
+            # once the controller has let each in (asked without creating anything).
+            probe = NewTopic("devstack-ready", 1, len(nodes))
+            admin.create_topics([probe], validate_only=True, request_timeout=5)[
+                probe.topic].result()
+        return True
 
-    wait_until("Kafka broker" if one else f"a Kafka cluster of {len(nodes)}", ready,
-               READY_TIMEOUT, cfg.kafka_log)
+    try:
+        wait_until("Kafka broker" if one else f"a Kafka cluster of {len(nodes)}", ready,
+                   timeout, cfg.kafka_log)
+    except StackError as e:
+        late = missing[0] if missing and not one else None
+        if late is None:
+            raise
+        raise StackError(f"Kafka broker {late.node_id} did not join the cluster in "
+                         f"{timeout:.0f} s; see {late.log}. Last lines:\n{tail(late.log)}"
+                         ) from e
+
+
+def _sees_all(node: KafkaNode, count: int) -> bool:
+    """The node itself (a client's first request goes to its one bootstrap address) lists
+    ``count`` brokers: its metadata has caught up since it started, so what the others
+    create is visible through it too."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=3)
+    return md.orig_broker_id == node.node_id and len(md.brokers) == count
 
 
 def stop(cfg: StackConfig) -> bool:

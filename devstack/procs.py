@@ -86,35 +86,20 @@ def wait_until(what: str, ready: Callable[[], bool], timeout: float, log_file: P
 
 def stop_pid_file(what: str, pid_file: Path, timeout: float = 30.0) -> bool:
     """SIGTERM the recorded pid (its process group), SIGKILL after ``timeout``; True if it ran."""
-    pid = read_pid(pid_file)
-    if pid is None or not pid_alive(pid):
-        pid_file.unlink(missing_ok=True)
-        return False
-    log(f"stopping {what} (pid {pid})")
-    _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if pid_alive(pid):
-        log(f"{what} (pid {pid}) did not stop in {timeout:.0f} s; killing it")
-        _signal_group(pid, signal.SIGKILL)
-        while pid_alive(pid):
-            time.sleep(0.1)
-    pid_file.unlink(missing_ok=True)
-    return True
+    return stop_pid_files(what, [pid_file], timeout) > 0
 
 
 def stop_pid_files(what: str, pid_files: list[Path], timeout: float = 30.0) -> int:
-    """:func:`stop_pid_file` for several processes at once (SIGTERM to all, then wait): the
-    nodes of a Kafka cluster, each of which waits for the others' quorum while it shuts
-    down; how many ran."""
+    """SIGTERM each recorded pid (its process group) at once, then wait, SIGKILL after
+    ``timeout`` what still runs; how many ran. At once, because the nodes of a Kafka cluster
+    each wait for the others' quorum while they shut down."""
     running = []
     for pid_file in pid_files:
         pid = read_pid(pid_file)
         if pid is None or not pid_alive(pid):
             pid_file.unlink(missing_ok=True)
             continue
-        log(f"stopping {what} (pid {pid}, {pid_file.parent.name})")
+        log(f"stopping {what} (pid {pid})")
         _signal_group(pid, signal.SIGTERM)
         running.append((pid, pid_file))
     deadline = time.monotonic() + timeout

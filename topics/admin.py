@@ -3,7 +3,8 @@
 Creation is idempotent: a topic that exists is left alone and checked instead. A topic that
 exists with the wrong configs is never altered silently: for the record topic a wrong
 ``cleanup.policy`` or retention would be a loss of evidence someone chose, so it is reported
-loudly and start-up stops. A wrong partition count is a :class:`~topics.spec.TopicPartitionsError`
+loudly and start-up stops. On a cluster of three brokers or more, a topic replicated less
+than :mod:`topics.cluster` requires is refused the same way. A wrong partition count is a :class:`~topics.spec.TopicPartitionsError`
 with the migration spelled out, because altering it in place would move streams.
 """
 
@@ -14,7 +15,10 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from topics.spec import TopicSettings, TopicSpec, config_problems, topic_specs, topics_error
+from topics.cluster import cluster_problems, creation_configs, settings_problem
+from topics.spec import (
+    TopicConfigError, TopicSettings, TopicSpec, config_problems, topic_specs, topics_error,
+)
 
 
 def _admin(bootstrap: str) -> AdminClient:
@@ -25,14 +29,20 @@ def ensure_topics(bootstrap: str, settings: TopicSettings, timeout: float = 30.0
     """Create missing topics, then check all of them; returns the names that were created."""
     admin = _admin(bootstrap)
     specs = topic_specs(settings)
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    metadata = admin.list_topics(timeout=timeout)
+    existing = set(metadata.topics)
     missing = [s for s in specs if s.name not in existing]
     created = []
+    weak = settings_problem(settings.replication_factor, len(metadata.brokers))
+    if missing and weak:
+        # Never create a topic the check below would refuse: say why before making it.
+        raise TopicConfigError(f"not creating {', '.join(s.name for s in missing)}: {weak}")
     if missing:
         futures = admin.create_topics(
             [
                 NewTopic(s.name, num_partitions=s.partitions,
-                         replication_factor=s.replication_factor, config=dict(s.configs))
+                         replication_factor=s.replication_factor,
+                         config=creation_configs(s.configs, s.replication_factor))
                 for s in missing
             ],
             request_timeout=timeout,
@@ -66,12 +76,14 @@ def _await_metadata(admin: AdminClient, specs: list[TopicSpec], timeout: float) 
 
 
 def check_topics(bootstrap: str, settings: TopicSettings, timeout: float = 30.0) -> None:
-    """Raise :class:`TopicConfigError` unless every topic exists with its spec's configs."""
+    """Raise :class:`TopicConfigError` unless every topic exists with its spec's configs and,
+    on a cluster of three brokers or more, replicated as :mod:`topics.cluster` requires."""
     _check(_admin(bootstrap), topic_specs(settings), timeout)
 
 
 def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
-    metadata = admin.list_topics(timeout=timeout).topics
+    cluster = admin.list_topics(timeout=timeout)
+    metadata, brokers = cluster.topics, len(cluster.brokers)
     problems: list[str] = []
     present = [s for s in specs if s.name in metadata]
     counts = {s.name: len(metadata[s.name].partitions) for s in present}
@@ -83,6 +95,9 @@ def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
         for s in present:
             actual = {k: v.value for k, v in by_name[s.name].items()}
             problems += config_problems(s, counts[s.name], actual)
+            replicas = min((len(p.replicas) for p in metadata[s.name].partitions.values()),
+                           default=0)
+            problems += cluster_problems(s.name, brokers, replicas, actual, pinned=s.configs)
     error = topics_error(specs, counts, problems)
     if error is not None:
         raise error

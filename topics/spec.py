@@ -141,7 +141,8 @@ def topics_error(specs: list[TopicSpec], counts: dict[str, int],
         return TopicConfigError(
             "Kafka topics do not have the configuration evidence-store requires:\n  "
             + "\n  ".join(problems)
-            + "\nFix them with kafka-configs, or use another EVIDENCE_TOPIC_PREFIX."
+            + "\nFix them with kafka-configs (a replication factor with "
+            "kafka-reassign-partitions), or use another EVIDENCE_TOPIC_PREFIX."
         )
     expected = specs[0].partitions
     shared = {s.name for s in specs if s.partitions == expected}

@@ -118,19 +118,26 @@ class _Future:
 class _FakeAdmin:
     """What ``topics.admin._check`` reads of an AdminClient: metadata and configs."""
 
-    def __init__(self, specs, partitions: int):
+    def __init__(self, specs, partitions: int, brokers: int = 1, replicas: int = 1,
+                 configs: dict[str, str] | None = None):
         self._specs = {s.name: s for s in specs}
         self._partitions = partitions
+        self._brokers = brokers
+        self._replicas = replicas
+        self._configs = configs or {}
 
     def list_topics(self, timeout):
-        return SimpleNamespace(topics={
-            name: SimpleNamespace(partitions=dict.fromkeys(range(
-                1 if name.endswith(".tree") else self._partitions)), error=None)
-            for name in self._specs})
+        def partitions(name):
+            return {i: SimpleNamespace(replicas=list(range(1, self._replicas + 1)))
+                    for i in range(1 if name.endswith(".tree") else self._partitions)}
+        return SimpleNamespace(
+            brokers=dict.fromkeys(range(1, self._brokers + 1)),
+            topics={name: SimpleNamespace(partitions=partitions(name), error=None)
+                    for name in self._specs})
 
     def describe_configs(self, resources, request_timeout):
-        return {r: _Future({k: SimpleNamespace(value=v)
-                            for k, v in self._specs[r.name].configs.items()})
+        return {r: _Future({k: SimpleNamespace(value=v) for k, v in
+                            {**self._specs[r.name].configs, **self._configs}.items()})
                 for r in resources}
 
 
@@ -142,3 +149,23 @@ def test_check_topics_refuses_a_cluster_with_another_partition_count(monkeypatch
     topics.admin.check_topics("fake:9092", TopicSettings(partitions=6))
     with pytest.raises(TopicPartitionsError, match="6 partitions, expected 8"):
         topics.admin.check_topics("fake:9092", TopicSettings(partitions=8))
+
+
+def test_check_topics_on_a_cluster_refuses_a_topic_replicated_less_than_three(monkeypatch):
+    import topics.admin
+
+    specs = topic_specs(TopicSettings(replication_factor=3))
+    good = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+    monkeypatch.setattr(topics.admin, "_admin", lambda bootstrap: _FakeAdmin(
+        specs, 6, brokers=3, replicas=3, configs=good))
+    topics.admin.check_topics("fake:9092", TopicSettings(replication_factor=3))
+    monkeypatch.setattr(topics.admin, "_admin", lambda bootstrap: _FakeAdmin(
+        specs, 6, brokers=3, replicas=1, configs={**good, "min.insync.replicas": "1"}))
+    with pytest.raises(TopicConfigError) as e:
+        topics.admin.check_topics("fake:9092", TopicSettings(replication_factor=3))
+    assert "evidence.log: replication factor 1 on a cluster of 3 brokers" in str(e.value)
+    assert "evidence.intake: min.insync.replicas=1 on a cluster of 3 brokers" in str(e.value)
+    # one broker: a single replica is all there can be, as before
+    monkeypatch.setattr(topics.admin, "_admin", lambda bootstrap: _FakeAdmin(
+        topic_specs(TopicSettings()), 6, configs={"min.insync.replicas": "1"}))
+    topics.admin.check_topics("fake:9092", TopicSettings())
