@@ -18,6 +18,17 @@ that cannot work is a ``SettingsError`` naming its variable. Why the batching de
   The writer's share of capture-to-queryable latency is then about the linger plus one
   commit, ~30–40 ms, while at 1k captures/s a batch still carries ~20 captures, so the
   broker sees tens of transactions a second, not thousands.
+- ``transaction_interval_ms=100``: under steady load a transaction starts at most this often
+  (its batch lingers until this long after the previous one began), so the writer commits
+  about ten transactions a second at any rate, not one per linger. Each transaction costs
+  the broker, the writer, the projector and PostgreSQL a fixed amount whatever it holds (the
+  offsets commit, EndTxn, a marker on every partition it touched; one projector batch: a
+  PostgreSQL transaction of a dozen statements); at 5k captures/s the ~30 transactions a
+  second of the linger alone cost more CPU than the records they carried (docs/performance.md,
+  "CPU per capture"). A capture waits at most this plus one commit in the writer; a capture
+  that comes alone after a quiet spell (no transaction within the interval) waits only the
+  linger. A full batch (``batch_max_messages``) never waits. 0: each batch starts as soon as
+  its linger ends.
 
 Why the takeover settings are what they are (a writer killed -9 beside a live one in its group;
 docs/sizing.md, "Scale-out"):
@@ -86,6 +97,9 @@ class WriterConfig:
     writer_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     batch_max_messages: int = 5000
     batch_linger_ms: int = 20
+    transaction_interval_ms: int = 100
+    """Under load, the shortest time between the starts of two transactions (module
+    docstring); 0 paces nothing."""
     dedup_window_s: int = 7 * DAY_S
     dedup_max_ids: int = 1_000_000
     """Per partition; bounds memory and the start-up scan of the log."""
@@ -147,6 +161,9 @@ class WriterConfig:
         if self.batch_linger_ms < 0:
             raise SettingsError("EVIDENCE_WRITER_BATCH_LINGER_MS (--batch-linger-ms) must be "
                                 ">= 0")
+        if not 0 <= self.transaction_interval_ms <= 10_000:
+            raise SettingsError("EVIDENCE_WRITER_TRANSACTION_INTERVAL_MS must be between 0 and "
+                                "10000 (a capture waits up to this long in the writer)")
         if self.dedup_window_s < 1 or self.dedup_max_ids < 1:
             raise SettingsError("the dedup window must be positive in time and count "
                                 "(EVIDENCE_WRITER_DEDUP_WINDOW_S, EVIDENCE_WRITER_DEDUP_MAX_IDS)")
@@ -180,6 +197,7 @@ _ENV = {
     "writer_id": ("EVIDENCE_WRITER_ID", str),
     "batch_max_messages": ("EVIDENCE_WRITER_BATCH_MAX_MESSAGES", int),
     "batch_linger_ms": ("EVIDENCE_WRITER_BATCH_LINGER_MS", int),
+    "transaction_interval_ms": ("EVIDENCE_WRITER_TRANSACTION_INTERVAL_MS", int),
     "dedup_window_s": ("EVIDENCE_WRITER_DEDUP_WINDOW_S", int),
     "dedup_max_ids": ("EVIDENCE_WRITER_DEDUP_MAX_IDS", int),
     "transaction_timeout_ms": ("EVIDENCE_WRITER_TRANSACTION_TIMEOUT_MS", int),

@@ -107,12 +107,16 @@ class SealLoop:
         self._rebalances = rebalances
         self._deadline_s = call_deadline_s
         self._lag_at = 0.0
+        self._began = float("-inf")  # when the last transaction began (time.monotonic)
 
     def step(self) -> int:
         """Consume the next batch (waiting briefly when idle) and seal it; returns its size."""
         cfg = self.config
+        # Paced: under load the next transaction starts transaction_interval_ms after the
+        # last one began (writer.config), so its fixed cost is paid a few times a second.
         msgs = consume_batch(self.consumer, cfg.batch_max_messages, cfg.batch_linger_ms,
-                             IDLE_WAIT_S, self._rebalances)
+                             IDLE_WAIT_S, self._rebalances,
+                             self._began + cfg.transaction_interval_ms / 1000)
         self._check_failure()
         self._measure_lag()
         owned = [m for m in msgs if self.sealer.owns(m.partition())]
@@ -211,6 +215,7 @@ class SealLoop:
            before the commit succeeded, the overlay may still be thrown away by an abort.
         """
         # 1. Open the transaction.
+        self._began = time.monotonic()
         with kafka_errors("begin_transaction"):
             self.producer.begin_transaction()
         # 2., 2b. and 3. Produce the records, the checkpoints, then the state.
