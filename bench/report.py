@@ -138,8 +138,17 @@ def markdown(r: dict[str, Any]) -> str:
             owned = " + ".join(str(len(p)) for p in x["partitions_owned"])
             lines.append(f"| {x['writers']} | {_fmt(x['records_per_s'])} | {x['seconds']} | "
                          f"{owned} | {'yes' if x['rebalanced'] else 'no'} |")
+        if so.get("takeover"):
+            from bench.scale_out import takeover_line
+
+            line = takeover_line(so["takeover"])
+            lines += ["", line[0].upper() + line[1:] + "."]
     if r.get("replay_verified"):
         lines += _replay_verified(r["replay_verified"])
+    if r.get("cluster"):
+        from bench.cluster import markdown as cluster_section
+
+        lines += cluster_section(r["cluster"])
     lines += ["", f"Reproduce: `{r['command']}`", ""]
     return "\n".join(lines)
 

@@ -29,6 +29,10 @@ so none pays for what the sections before it wrote; the report says how much was
    a few hundred calls recorded through the Recorder, replayed once a checkpoint covers them
    by a verifying Replayer (the default: bundle, proofs, signed checkpoint) and by one with
    ``verify=False``, in alternating rounds; the ratio is verified reads/s over unverified.
+9. Three brokers beside one (``bench.cluster``): the captures of 1 sealed by one writer on
+   this broker, on a cluster of three started for the section (replication factor 3,
+   ``min.insync.replicas`` 2) and on this broker again; the ratio is three over the faster
+   one; then the takeover after a writer's kill -9 on the cluster (6 has it on one broker).
 
 Every run makes its own topics and schemas (prefix ``bench<hex>``) and drops them after.
 """
@@ -368,6 +372,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
       help="events per eventsourcing insert_events call (5000 deadlocks its psycopg pipeline here)")
     a("--no-peer", action="store_true", help="skip the eventsourcing baseline")
     a("--no-scale-out", action="store_true", help="skip the 1- vs 2-writer measurement")
+    a("--no-cluster", action="store_true", help="skip the 3-broker vs 1-broker measurement")
     a("--profile", type=Path, help="record the writer with py-spy (speedscope JSON) to this path")
     a("--bootstrap", help="Kafka (default: EVIDENCE_KAFKA_BOOTSTRAP, else .stack/env)")
     a("--database-url", help="PostgreSQL (default: EVIDENCE_DATABASE_URL, else .stack/env)")
@@ -430,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
 
             result["scale_out"] = scale_out(args.bootstrap, messages, args.partitions,
                                             args.tag, say=_say)
+        if not args.no_cluster:
+            from bench.cluster import measure as cluster
+
+            result["cluster"] = cluster(args.bootstrap, messages, args.partitions, args.tag,
+                                        say=_say)
         del messages
 
         cfg = ProjectorConfig(database_url=args.database_url, bootstrap=args.bootstrap,

@@ -15,6 +15,16 @@ during the timed window is reported (``rebalanced``), as it would make the figur
 
 All processes share the machine: on 2 cores, with the broker and both writers' Kafka clients
 on the same cores, 2 writers do not seal twice as fast; the ratio says how far from it.
+
+Then the takeover (:func:`takeover`): two writers with the writer's default timeouts on the
+2-writer run's topics (so a restore reads that run's history), under a steady load of
+``TAKEOVER_RATE`` captures/s on every partition; one is killed -9, and the takeover is the
+time from the kill until a read_committed reader of the log has seen, on every partition the
+dead writer owned, a record sealed by the survivor. What bounds it (docs/sizing.md,
+"Scale-out"): the session timeout, the dead writer's open transaction (aborted at the
+transaction timeout plus the broker's abort check), then the survivor's restore; the
+survivor's ``assigned`` event says how long it waited for stable offsets and how long it
+restored. Every capture sent is then checked sealed once.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,6 +47,8 @@ if str(ROOT) not in sys.path:
 
 COUNTS = (1, 2)
 SESSION_TIMEOUT_MS = 60_000
+TAKEOVER_RATE = 200  # captures/s during the takeover, over every partition
+TAKEOVER_DEADLINE_S = 300.0
 
 
 def _assignment(w: Any) -> set[int] | None:
@@ -108,6 +121,154 @@ def run_writers(bootstrap: str, settings: Any, messages: list[tuple[bytes, bytes
                     pass
 
 
+class _Feeder(threading.Thread):
+    """Captures to intake at ``rate`` a second over ``streams`` until stopped; their event
+    ids in ``sent``."""
+
+    def __init__(self, bootstrap: str, settings: Any, streams: list[str], rate: float) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.settings, self.streams, self.rate = bootstrap, settings, streams, rate
+        self.sent: list[str] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        from tests.fixtures.writer import encode_capture, make_capture
+
+        try:
+            p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                          "acks": "all", "linger.ms": 5, "partitioner": "murmur2_random"})
+            t0, i = time.monotonic(), 0
+            while not self.stop.is_set():
+                e = make_capture(self.streams[i % len(self.streams)])
+                p.produce(self.settings.names.intake, encode_capture(e), e["stream"].encode())
+                self.sent.append(e["event_id"])
+                i += 1
+                p.poll(0)
+                ahead = t0 + i / self.rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            if p.flush(60) != 0:
+                raise RuntimeError("the takeover load was not all delivered")
+        except BaseException as e:  # noqa: BLE001 - re-raised by finish()
+            self.error = e
+
+    def finish(self) -> list[str]:
+        self.stop.set()
+        self.join(90)
+        if self.error is not None:
+            raise self.error
+        return self.sent
+
+
+class _LogWatch:
+    """A read_committed reader of the log from its end: per partition, when a record of each
+    transactional id was first seen, and every event id sealed."""
+
+    def __init__(self, bootstrap: str, settings: Any) -> None:
+        from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{uuid.uuid4().hex}",
+                           "isolation.level": "read_committed", "enable.auto.commit": False,
+                           "fetch.wait.max.ms": 10})
+        self.c.assign([TopicPartition(settings.names.log, p, OFFSET_END)
+                       for p in range(settings.partitions)])
+        self.first: dict[tuple[int, str], float] = {}
+        self.sealed: list[str] = []
+
+    def poll(self, seconds: float) -> None:
+        from evidence_contract import split_record
+
+        for m in self.c.consume(1000, seconds):
+            if m.error() is not None:
+                continue
+            _body, rec = split_record(m.value())
+            self.sealed.append(rec["body"]["event_id"])
+            self.first.setdefault((m.partition(), rec["seal"]["writer"]["transactional_id"]),
+                                  time.time())
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def _spread_streams(partitions: int, per_partition: int = 2) -> list[str]:
+    from evidence_contract.topics import partition_for
+
+    out: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    i = 0
+    while any(len(v) < per_partition for v in out.values()):
+        s, i = f"bench:t-{i}", i + 1
+        if len(out[partition_for(s, partitions)]) < per_partition:
+            out[partition_for(s, partitions)].append(s)
+    return [s for v in out.values() for s in v]
+
+
+def takeover(bootstrap: str, settings: Any, group: str, say=lambda _m: None,
+             rate: float = TAKEOVER_RATE) -> dict[str, Any]:
+    """Two writers (transactional ids ``<group>-1`` and ``-2``, the writer's default
+    timeouts) on ``settings``' topics under ``rate`` captures/s; kill -9 of the first; see
+    the module docstring. Returns the seconds from the kill to the survivor's assignment and
+    to its first record on each dead partition, the survivor's stable-offsets wait and
+    restore, and the captures lost and duplicated."""
+    from tests.fixtures.writer import WriterProcess, writer_env
+
+    ids = [f"{group}-1", f"{group}-2"]
+    writers = [WriterProcess([sys.executable, "-m", "cli.main", "writer"],
+                             writer_env(bootstrap, settings, transactional_id=t, group_id=group))
+               for t in ids]
+    feeder = _Feeder(bootstrap, settings, _spread_streams(settings.partitions), rate)
+    watch = _LogWatch(bootstrap, settings)
+    try:
+        deadline = time.monotonic() + TAKEOVER_DEADLINE_S
+
+        def step(what: str, alive: list[Any]) -> None:
+            for w in alive:
+                w.assert_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"takeover: {what} not in {TAKEOVER_DEADLINE_S:.0f} s")
+            watch.poll(0.05)
+
+        while not _settled(writers, settings.partitions):
+            step("two writers settled", writers)
+        dead, survivor = writers
+        dead_parts = sorted(_assignment(dead) or ())
+        feeder.start()
+        t_load = time.time()
+        while not all((p, ids[k]) in watch.first and watch.first[(p, ids[k])] > t_load
+                      for k, w in enumerate(writers) for p in _assignment(w) or ()):
+            step("both writers sealing the load", writers)
+        say(f"takeover: kill -9 the writer of partitions {dead_parts} under {rate:g} captures/s")
+        os.kill(dead.pid, signal.SIGKILL)
+        t_kill = time.time()
+        dead.wait(30)
+        while not all(watch.first.get((p, ids[1]), 0) > t_kill for p in dead_parts):
+            step("the survivor sealing the dead writer's partitions", [survivor])
+        sealed_at = max(watch.first[(p, ids[1])] for p in dead_parts)
+        sent = feeder.finish()
+        while not set(sent) <= set(watch.sealed):
+            step("every capture sent sealed", [survivor])
+        took = next(e for e in survivor.events() if e.get("event") == "assigned"
+                    and e["ts"] >= t_kill and set(dead_parts) <= set(e.get("partitions") or ()))
+        return {"partitions": settings.partitions, "dead_partitions": dead_parts,
+                "rate": rate, "takeover_s": round(sealed_at - t_kill, 2),
+                "assigned_s": round(took["ts"] - t_kill, 2),
+                "offsets_wait_s": took.get("offsets_wait_s"), "restore_s": took.get("restore_s"),
+                "restored": sorted(set(took["partitions"]) - set(took.get("kept") or ())),
+                "sent": len(sent), "lost": len(set(sent) - set(watch.sealed)),
+                "duplicated": len(watch.sealed) - len(set(watch.sealed))}
+    finally:
+        feeder.stop.set()
+        watch.close()
+        for w in writers:
+            if w.alive():
+                try:
+                    w.terminate(60)
+                except AssertionError:
+                    pass
+
+
 def measure(bootstrap: str, messages: list[tuple[bytes, bytes]], partitions: int,
             tag: str, say=lambda _m: None) -> dict[str, Any]:
     """1 and 2 writers over the same ``messages`` (key, value); returns both runs and the
@@ -123,6 +284,8 @@ def measure(bootstrap: str, messages: list[tuple[bytes, bytes]], partitions: int
             ensure_topics(bootstrap, settings)
             say(f"scale-out: {k} writer{'s' if k > 1 else ''}, {len(messages)} captures")
             runs.append(run_writers(bootstrap, settings, messages, k, tag))
+        say("scale-out: takeover after a writer's kill -9")
+        took = takeover(bootstrap, made[-1], f"{tag}-w{COUNTS[-1]}", say)
     finally:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         names = [t for s in made for t in s.names.all()]
@@ -133,7 +296,16 @@ def measure(bootstrap: str, messages: list[tuple[bytes, bytes]], partitions: int
                 pass
     one, two = runs
     return {"runs": runs, "ratio": round(two["records_per_s"] / one["records_per_s"], 3),
-            "cores": os.cpu_count()}
+            "cores": os.cpu_count(), "takeover": took}
+
+
+def takeover_line(t: dict[str, Any]) -> str:
+    return (f"takeover after kill -9: {t['takeover_s']} s to the survivor's first record on "
+            f"each of partitions {t['dead_partitions']} (assigned at {t['assigned_s']} s: "
+            f"stable offsets {t['offsets_wait_s']} s, restore {t['restore_s']} s of "
+            f"partitions {t.get('restored')}); "
+            f"{t['sent']} captures at {t['rate']:g}/s, {t['lost']} lost, "
+            f"{t['duplicated']} duplicated")
 
 
 def main() -> int:
@@ -158,6 +330,7 @@ def main() -> int:
               f"{'; rebalanced while timed' if r['rebalanced'] else ''})", file=sys.stderr)
     print(f"2 writers / 1 writer: {result['ratio']:.2f}x ({result['cores']} cores)",
           file=sys.stderr)
+    print(takeover_line(result["takeover"]), file=sys.stderr)
     print(json.dumps(result))
     return 0
 
