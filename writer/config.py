@@ -31,7 +31,10 @@ that cannot work is a ``SettingsError`` naming its variable. Why the batching de
   its linger ends.
 
 Why the takeover settings are what they are (a writer killed -9 beside a live one in its group;
-docs/sizing.md, "Scale-out"):
+docs/sizing.md, "Scale-out"). The survivor has sealed the dead writer's partitions' next
+captures within max(session timeout, transaction timeout + the broker's abort check) + its
+restore + one batch: 25 s + restore with these defaults, the restore reading the dedup
+window's records of the partitions it takes:
 
 - ``session_timeout_ms=10_000`` (librdkafka's heartbeat every 3 s): the dead writer's static
   membership ends after this, and the group hands its partitions to the others.
@@ -50,9 +53,11 @@ docs/sizing.md, "Scale-out"):
   ``loop.COMMIT_GIVE_UP_S`` for a commit). A zombie (a writer paused past its session) is
   fenced twice over: its offsets commit carries its group generation, which the rebalance
   made stale, and the coordinator aborts its transaction at this timeout.
-- ``max.poll.interval.ms`` stays librdkafka's 300 s (``kafka_io.consumer_config``): above
-  the longest time between two polls, a takeover's wait for stable offsets
-  (``transaction_timeout_ms`` + ``ABORT_CHECK_S`` + a margin) plus its restore.
+- ``max.poll.interval.ms`` stays librdkafka's 300 s (``kafka_io.consumer_config``): a
+  partition assignment runs between two polls, its wait for stable offsets (at most
+  ``transaction_timeout_ms`` + ``ABORT_CHECK_S`` + 5 s) and its restore. A restore that
+  outlasts the rest (full dedup windows of many partitions: docs/sizing.md) makes the
+  consumer leave the group and restore again; ``dedup_max_ids`` bounds it.
 """
 
 from __future__ import annotations
