@@ -1,10 +1,11 @@
 """The chaos run: an isolated stack, load through the real gateway, a fault schedule, checks.
 
-    python -m chaos [--duration S] [--short] [--processes N] [--rate R] [--keep]
+    python -m chaos [--duration S] [--short] [--brokers 1|3] [--processes N] [--rate R] [--keep]
 
 Faults, spread over the run (``--short`` keeps one of each kind that matters most):
-writer kill -9, projector kill -9 (the supervisor restarts both), broker kill -9 and restart,
-PostgreSQL immediate restart (a crash and recovery), a load process's spool disk full for a
+writer kill -9, projector kill -9 (the supervisor restarts both), broker kill -9 and restart
+(with ``--brokers 3``, on a cluster of three: one broker at a time killed -9, stalled and
+restarted, the transaction coordinator's among them, :mod:`chaos.brokers`), PostgreSQL immediate restart (a crash and recovery), a load process's spool disk full for a
 while (RLIMIT_FSIZE), kill -9 of a load process (a live one adopts its spool: the load goes on
 past the schedule until none of the killed process's spools is left), and one load process
 whose clock runs an hour ahead for the whole run.
@@ -59,6 +60,14 @@ class Run:
     loads: dict[str, subprocess.Popen] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     killed: list[int] = field(default_factory=list)  # pids of load processes killed -9
+    cluster: Any = None  # chaos.brokers.BrokerFaults on a cluster of three
+
+    def broker_logs(self) -> list[tuple[Path, str]]:
+        """Each broker's log and the name it is kept under."""
+        nodes = self.cfg.kafka_nodes
+        if len(nodes) == 1:
+            return [(self.cfg.kafka_log, self.cfg.kafka_log.name)]
+        return [(n.log, f"kafka-{n.node_id}.log") for n in nodes]
 
     def fault(self, kind: str) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
@@ -119,10 +128,11 @@ class Run:
         """Copy the services', the broker's and the load processes' logs to ``logs``."""
         shutil.rmtree(logs, ignore_errors=True)
         logs.mkdir(parents=True, exist_ok=True)
-        for f in [*self.cfg.services_dir.glob("*.log"), *self.work.glob("*.log"),
-                  self.cfg.kafka_log]:
+        files = [(f, f.name) for f in [*self.cfg.services_dir.glob("*.log"),
+                                       *self.work.glob("*.log")]]
+        for f, name in [*files, *self.broker_logs()]:
             try:
-                shutil.copy(f, logs / f.name)
+                shutil.copy(f, logs / name)
             except OSError:
                 pass
 
@@ -221,6 +231,8 @@ def _recover_spools(run: Run) -> dict[str, int]:
 
 
 def _schedule(run: Run, duration: float, short: bool) -> list[tuple[float, Any]]:
+    if run.cluster is not None:
+        return _cluster_schedule(run, duration, short)
     kill = run.kill_service
     plan = [
         (0.10, lambda: kill("writer")),
@@ -232,6 +244,26 @@ def _schedule(run: Run, duration: float, short: bool) -> list[tuple[float, Any]]
     ]
     if not short:
         plan += [(0.80, lambda: kill("writer")), (0.88, lambda: kill("projector"))]
+    return [(at * duration, f) for at, f in plan]
+
+
+def _cluster_schedule(run: Run, duration: float, short: bool) -> list[tuple[float, Any]]:
+    """The faults on a cluster of three: the single broker's kill becomes three broker faults
+    (the short run: the kill and the stall), one broker at a time (each waits until every
+    partition is back in sync before the schedule goes on)."""
+    kill, brokers = run.kill_service, run.cluster
+    plan = [
+        (0.08, lambda: kill("writer")),
+        (0.14, lambda: kill("projector")),
+        (0.20, brokers.kill),
+        (0.35, lambda: _disk_full(run, max(3.0, duration * 0.08))),
+        (0.45, brokers.stall),
+        (0.60, lambda: _restart_postgres(run)),
+        (0.68, lambda: _kill_load(run, "load-0")),
+    ]
+    if not short:
+        plan += [(0.75, brokers.restart), (0.85, lambda: kill("writer")),
+                 (0.92, lambda: kill("projector"))]
     return [(at * duration, f) for at, f in plan]
 
 
@@ -318,6 +350,9 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=180.0, help="seconds of load (180)")
     ap.add_argument("--short", action="store_true", help="45 s, one fault of each main kind")
+    ap.add_argument("--brokers", type=int, default=1, choices=(1, 3),
+                    help="Kafka brokers of the run's stack (1; 3: a cluster, broker faults "
+                         "one at a time)")
     ap.add_argument("--processes", type=int, default=3, help="load processes (3)")
     ap.add_argument("--rate", type=float, default=25.0, help="calls/s per process (25)")
     ap.add_argument("--keep", action="store_true", help="keep the stack and its directory")
@@ -325,15 +360,13 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _isolated_stack(work: Path) -> Any:
-    """The configuration of a stack under ``work`` on free ports, so that it may run beside
-    `make up`; the services' metrics endpoints on free ports too."""
+def _isolated_stack(work: Path, brokers: int) -> Any:
+    """The configuration of a stack under ``work`` on free ports (``brokers`` Kafka nodes),
+    so that it may run beside `make up`; the services' metrics endpoints on free ports too."""
     from devstack.config import StackConfig
 
-    cfg = StackConfig(root=work, kafka_port=free_port(), controller_port=free_port(),
-                      postgres_port=free_port(), api_port=free_port(),
-                      witness_port=free_port(), cache=StackConfig.from_env().cache)
-    _say(f"an isolated stack under {work}")
+    cfg = StackConfig.on_free_ports(work, brokers=brokers)
+    _say(f"an isolated stack under {work}" + (f", {brokers} brokers" if brokers > 1 else ""))
     os.environ["EVIDENCE_WRITER_METRICS_PORT"] = str(free_port())
     os.environ["EVIDENCE_PROJECTOR_METRICS_PORT"] = str(free_port())
     return cfg
@@ -374,6 +407,10 @@ def _summary(result: dict[str, Any]) -> str:
     extra = f" ({in_flight} from calls in flight in killed load processes)" if in_flight else ""
     if result["recovered_at_end"]:
         extra += f"; {result['recovered_at_end']} delivered from spools left at the end"
+    if result.get("broker_faults"):
+        extra += "; on 3 brokers: " + ", ".join(
+            f"{h['fault'].removeprefix('broker_')} {h['node']}"
+            + (" (coordinator)" if h["coordinator"] else "") for h in result["broker_faults"])
     if result["killed_spools_not_adopted"]:
         extra += (f"; spools of killed load processes no live one adopted: "
                   f"{result['killed_spools_not_adopted']}")
@@ -401,10 +438,15 @@ def main(argv: list[str] | None = None) -> int:
     from devstack import stack
 
     work = Path(tempfile.mkdtemp(prefix="evidence-chaos-"))
-    cfg = _isolated_stack(work)
+    cfg = _isolated_stack(work, args.brokers)
     control = work / "control"
     control.mkdir()
     run = Run(cfg, {}, work, control, work / "spool", args.rate)
+    if args.brokers > 1:
+        from chaos.brokers import BrokerFaults
+        from writer.config import DEFAULT_TRANSACTIONAL_ID
+
+        run.cluster = BrokerFaults(cfg, DEFAULT_TRANSACTIONAL_ID, _say, run.fault)
     try:
         run.env = stack.up(cfg)
         not_adopted = _load_under_faults(run, duration, args.processes, args.short)
@@ -415,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         result.update(faults=run.faults, duration_s=round(duration),
                       restarts={n: run.restarts(n) for n in ("writer", "projector", "api")},
                       load_metrics=metrics, killed_spools_not_adopted=not_adopted,
-                      recovered_at_end=recovered.get("adopted", 0),
+                      recovered_at_end=recovered.get("adopted", 0), brokers=args.brokers,
+                      broker_faults=run.cluster.hit if run.cluster else [],
                       spools_left=sorted(p.name for p in run.spool_root.iterdir())
                       if run.spool_root.exists() else [])
     finally:

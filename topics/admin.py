@@ -62,14 +62,19 @@ def ensure_topics(bootstrap: str, settings: TopicSettings, timeout: float = 30.0
 
 
 def _await_metadata(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
-    # CreateTopics returns when the controller has the topics; the broker's metadata cache
-    # catches up a moment later. Checking before then would report them missing.
+    # CreateTopics returns when the controller has the topics; the brokers' metadata caches
+    # catch up a moment later, each at its own pace (on a cluster just started, one broker
+    # can lag the others), and each metadata request goes to any of them. Checking before
+    # then would report them missing: wait until several answers in a row list them.
     deadline = time.monotonic() + timeout
-    while True:
+    seen = 0
+    while seen < 3:
         md = admin.list_topics(timeout=timeout).topics
         if all(s.name in md and len(md[s.name].partitions) > 0 and md[s.name].error is None
                for s in specs):
-            return
+            seen += 1
+            continue
+        seen = 0
         if time.monotonic() > deadline:
             return  # _check names what is missing
         time.sleep(0.1)
