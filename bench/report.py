@@ -145,6 +145,10 @@ def markdown(r: dict[str, Any]) -> str:
             lines += ["", line[0].upper() + line[1:] + "."]
     if r.get("replay_verified"):
         lines += _replay_verified(r["replay_verified"])
+    if r.get("call_overhead"):
+        from bench.call_overhead import markdown as call_overhead
+
+        lines += call_overhead(r["call_overhead"])
     if r.get("cluster"):
         from bench.cluster import markdown as cluster_section
 

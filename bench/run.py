@@ -29,6 +29,8 @@ so none pays for what the sections before it wrote; the report says how much was
    a few hundred calls recorded through the Recorder, replayed once a checkpoint covers them
    by a verifying Replayer (the default: bundle, proofs, signed checkpoint) and by one with
    ``verify=False``, in alternating rounds; the ratio is verified reads/s over unverified.
+8. What capture adds to a model call (``bench.call_overhead``, run first, on a quiet machine):
+   the openai SDK through a Recorder's client and through a bare client, alternating blocks.
 9. Three brokers beside one (``bench.cluster``): the captures of 1 sealed by one writer on
    this broker, on a cluster of three started for the section (replication factor 3,
    ``min.insync.replicas`` 2) and on this broker again; the ratio is three over the faster
@@ -62,9 +64,10 @@ RESULTS = ROOT / "bench" / "results"
 # "max": the writer's own sealing rate, measured in section 1 of the same run.
 FULL = {"captures": 200_000, "rates": "100,1000,5000,10000,max", "latency_seconds": 10.0,
         "concurrency": "4,16,64,256", "verify_seconds": 5.0, "replay_calls": 300,
-        "replay_rounds": 6}
+        "replay_rounds": 6, "overhead_calls": 400}
 QUICK = {"captures": 20_000, "rates": "100,1000,max", "latency_seconds": 4.0,
-         "concurrency": "4,64", "verify_seconds": 2.0, "replay_calls": 50, "replay_rounds": 2}
+         "concurrency": "4,64", "verify_seconds": 2.0, "replay_calls": 50, "replay_rounds": 2,
+         "overhead_calls": 100}
 
 
 def _say(msg: str) -> None:
@@ -366,6 +369,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
       help="calls recorded and replayed, verified and unverified (section 7)")
     a("--replay-rounds", type=int, help="rounds of section 7, each reading every call with "
                                         "both readers")
+    a("--overhead-calls", type=int, help="calls a side and row of section 8 (call overhead)")
     a("--api-workers", type=int, default=None,
       help="API worker processes (default: one per core, api.config.default_workers())")
     a("--es-batch", type=int, default=1000,
@@ -427,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
         ensure_topics(args.bootstrap, settings)
         for f in admin.create_topics([NewTopic(t, args.partitions, 1) for t in scratch]).values():
             f.result()
+        from bench.call_overhead import measure as call_overhead
+
+        # 8., first: on a quiet machine, before the writer and the pipeline run.
+        result["call_overhead"] = call_overhead(args.bootstrap, f"{args.tag}-overhead",
+                                                calls=args.overhead_calls, say=_say)
         _say("generating captures")
         messages = make_messages(args.captures, args.streams, args.response_bytes)
         result["sealing"], writer = seal(args, settings, messages, scratch)

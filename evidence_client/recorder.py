@@ -14,7 +14,8 @@ stream is chosen per call (an ``evidence_client.stream()`` block), per client
 This module is the front: the settings (:mod:`~evidence_client.settings`, one frozen object
 validated once), the clients, and the lifecycle. Behind it, the rooms:
 
-    sender     the sender thread, the producer, the hand-off of a call's capture (Durable)
+    journal    the write-ahead: group commit to the own spool from any thread (Durable)
+    sender     the sender thread, the producer, committing what calls left to it
     tracking   the own spool and its captures until Kafka acknowledged them; degraded mode
     orphans    adopting and resending the spools of processes that ended
     encoder    a finished exchange to the bytes that are spooled and produced
@@ -30,16 +31,20 @@ config) raises :class:`RecorderUnavailable` at each call made through its client
 letting calls go unrecorded with a log line. A forked child (a pre-forking server that created
 the Recorder in its master) starts afresh on its first call, with a spool of its own.
 
-Durability and order. Every capture is written ahead: the sender thread appends it to the
-Recorder's own spool and fsyncs (one fsync per batch of captures: group commit) before the
-call that made it returns to the application (at most ``durable_timeout_ms``), and only then
-produces it. A lone capture is taken and written at once; a batch that finds company within
-``group_commit_ms`` (default 2) of the last fsync waits that long for more. Kafka's
-acknowledgement gives it up: the spool's delivered prefix is acknowledged at most every
-100 ms. So a process killed at any moment has lost no capture of a call that returned: its
-spool is an orphan that a live Recorder adopts and resends (a capture sent twice is absorbed by
-the writer, by event id). The spool is the one order of a Recorder's captures, and every send
-follows it.
+Durability and order. Every capture is written ahead (:mod:`~evidence_client.journal`):
+appended to the Recorder's own spool and fsync'd (one fsync for every capture that finished
+while the previous one ran: group commit), and only then produced. With
+``durability="before_return"`` (the default) that happens before the call that made it returns
+to the application (at most ``durable_timeout_ms``): a lone sync call writes its own capture on
+its thread, an async call waits for the sender thread's write without blocking its loop. With
+``durability="after_return"`` the call returns at once and the sender thread writes the capture
+right after: a process killed in between loses it. ``group_commit_ms`` (default 0) makes a
+batch that found company within that time of the last fsync wait for more. Kafka's
+acknowledgement gives a capture up: the spool's delivered prefix is acknowledged at most every
+100 ms. So a process killed at any moment has lost no capture of a call that returned (under
+``before_return``): its spool is an orphan that a live Recorder adopts and resends (a capture
+sent twice is absorbed by the writer, by event id). The spool is the one order of a
+Recorder's captures, and every send follows it.
 
 A direct delivery that fails with a retriable error, a full producer queue, or librdkafka
 reporting all brokers down makes the Recorder *degraded*: new captures then wait on disk only,
@@ -69,6 +74,7 @@ epoch (``keycache``). A capture whose key the store cannot give is dropped and c
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import dataclasses
 import logging
@@ -88,7 +94,15 @@ from .errors import ConfigError, GatewayError, ProducerError, RecorderUnavailabl
 from .metrics import Metrics
 from .otel import Spans
 from .sender import Durable, Sender
-from .settings import CONTENT_POLICIES, ENCRYPT, PLAIN, RecorderSettings, check_stream
+from .settings import (
+    AFTER_RETURN,
+    BEFORE_RETURN,
+    CONTENT_POLICIES,
+    ENCRYPT,
+    PLAIN,
+    RecorderSettings,
+    check_stream,
+)
 from .sizing import DEFAULT_MAX_VERBATIM_BYTES
 from .transport import FLAVORS, transport_classes
 
@@ -144,7 +158,8 @@ class Recorder:
         max_pending: int = 100_000,
         max_verbatim_bytes: int = DEFAULT_MAX_VERBATIM_BYTES,
         durable_timeout_ms: int = 5_000,
-        group_commit_ms: float = 2.0,
+        durability: str = BEFORE_RETURN,
+        group_commit_ms: float = 0.0,
         orphan_scan_s: float = 10.0,
         close_timeout: float = 30.0,
         producer_config: dict[str, Any] | None = None,
@@ -161,7 +176,8 @@ class Recorder:
             request_policy=request_policy, spool_dir=spool_dir,
             delivery_timeout_ms=delivery_timeout_ms, max_block_ms=max_block_ms,
             max_pending=max_pending, max_verbatim_bytes=max_verbatim_bytes,
-            durable_timeout_ms=durable_timeout_ms, group_commit_ms=group_commit_ms,
+            durable_timeout_ms=durable_timeout_ms, durability=durability,
+            group_commit_ms=group_commit_ms,
             orphan_scan_s=orphan_scan_s, close_timeout=close_timeout,
             producer_config=producer_config, host=host, content_policy=content_policy,
             key_store=key_store, key_cache_s=key_cache_s, key_clock=key_clock,
@@ -170,6 +186,7 @@ class Recorder:
         self._spans = Spans(self.settings.tracer_provider, api_url=self.settings.api_url,
                             digests=self.settings.content_policy == PLAIN)
         self._sender = Sender(self.settings, self.metrics)
+        self._after_return = self.settings.durability == AFTER_RETURN
         self._state_lock = threading.Lock()
         self._start_error: BaseException | None = None
         self._closed = False
@@ -250,7 +267,8 @@ class Recorder:
         check_stream(stream)
         sync_cls, async_cls = transport_classes(flavor)
         cls = async_cls if asynchronous else sync_cls
-        return cls(inner, stream, self.settings.request_policy, self.submit,
+        sink = self._submit_after_return if self._after_return else self.submit
+        return cls(inner, stream, self.settings.request_policy, sink,
                    self._capture_error, self._begin_call, self._spans)
 
     def transport(self, inner: Any = None, *, flavor: str = "httpx2",
@@ -307,16 +325,28 @@ class Recorder:
         log.error("capture failed; the application's call was not affected", exc_info=exc)
 
     def submit(self, exchange: Exchange) -> Durable:
-        """Hand a finished exchange to the sender thread. Never raises; waits at most
+        """Hand a finished exchange to be written ahead and sent. Never raises; waits at most
         ``max_block_ms`` when ``max_pending`` captures are already waiting. Returns the
-        capture's :class:`Durable`: waiting on it returns once the capture is on disk."""
+        capture's :class:`Durable`: waiting on it returns once the capture is on disk.
+
+        Called on a thread with no running event loop under ``durability="before_return"``,
+        the capture is written on this thread when no other write is under way (it is on
+        disk when this returns); else the sender thread writes it."""
+        return self._submit(exchange, lead=not self._after_return and _no_running_loop())
+
+    def _submit_after_return(self, exchange: Exchange) -> None:
+        """The capture transports' sink under ``durability="after_return"``: nothing to
+        wait for."""
+        self._submit(exchange, lead=False)
+
+    def _submit(self, exchange: Exchange, *, lead: bool) -> Durable:
         durable = Durable(self.settings.durable_timeout_ms / 1000, self.metrics)
         try:
             if self._sender.thread is None:
                 self.start()
             if self._closed:
                 raise GatewayError("Recorder is closed")
-            self._sender.submit(exchange, durable)
+            self._sender.submit(exchange, durable, lead=lead)
         except queue.Full:
             self.metrics.add("failed")
             durable.set()
@@ -329,6 +359,15 @@ class Recorder:
             log.error("capture dropped (content_key=%s): %s",
                       self._sender.encoder.key_text(exchange), e)
         return durable
+
+
+def _no_running_loop() -> bool:
+    """True on a thread that runs no event loop (an fsync there blocks nothing else)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
 
 
 def _flavor_module(flavor: str) -> Any:

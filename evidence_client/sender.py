@@ -1,13 +1,13 @@
-"""The sender: the one thread that owns a Recorder's producer, its own spool and the delivery
-tracking (:mod:`~evidence_client.tracking`), and the adopted orphans
-(:mod:`~evidence_client.orphans`).
+"""The sender: the one thread that owns a Recorder's producer, the delivery tracking
+(:mod:`~evidence_client.tracking`) and the adopted orphans (:mod:`~evidence_client.orphans`).
 
-The application's threads only put an :class:`Exchange` on a bounded in-memory queue
-(``max_pending``; a full queue waits at most ``max_block_ms``) and wait on its
-:class:`Durable`. The sender thread does everything else, one step at a time:
+Captures reach the own spool through the journal (:mod:`~evidence_client.journal`): a sync
+call writes its own when no other write is under way, async calls and calls that do not wait
+(``durability="after_return"``) leave theirs to this thread. The sender thread does the rest,
+one step at a time:
 
-1. take what was submitted, encode it (:mod:`~evidence_client.encoder`), append it to the own
-   spool with one fsync (group commit), and release the calls waiting for it;
+1. commit what the journal still holds (waking the moment a capture is left to it) and track
+   what was written, in spool order;
 2. serve the producer's delivery reports (``poll(0)``);
 3. acknowledge the spool's delivered prefix;
 4. adopt orphans when a scan is due;
@@ -18,19 +18,14 @@ Keeping all delivery state on that one thread is what makes the ordering argumen
 :mod:`~evidence_client.tracking` simple. An exception in one step is logged and counted; the
 thread goes on (it stops only in :meth:`Sender.stop`).
 
-A lone call waits for nothing but its own fsync. An idle sender waits on the queue, so a
-capture is taken the moment it is submitted. With deliveries outstanding it still waits on the
-queue, never in the producer's poll: at most 1 ms at a time, then it serves whatever reports
-arrived. A capture taken alone is written at once; only a batch that already found company
-(several calls finished together) within ``group_commit_ms`` of the last fsync waits that long
-for more to share the next fsync, so under load a Recorder makes at most a few hundred fsyncs a
-second, not one a capture.
+An idle sender waits to be woken (by a capture left to it, or one written by a call's thread,
+to produce). With deliveries outstanding it waits at most 1 ms at a time, never in the
+producer's poll, then serves whatever reports arrived.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from pathlib import Path
@@ -38,12 +33,13 @@ from pathlib import Path
 from .capture import Exchange
 from .encoder import CaptureEncoder, truncated
 from .errors import ProducerError, SpoolError
+from .journal import Durable, Journal
 from .metrics import Metrics
 from .orphans import Orphans, Report
 from .producer import RETRY, TOO_LARGE, IntakeProducer
 from .settings import RecorderSettings
 from .spool import keep_undeliverable, new_spool
-from .tracking import TAKE_BATCH, Backoff, Tracked, Tracker
+from .tracking import Backoff, Tracked, Tracker
 
 __all__ = ["Durable", "Sender"]
 
@@ -56,35 +52,6 @@ _IDLE_WAIT_S = 0.02
 _CLOSING_WAIT_S = 0.05  # closing, with deliveries outstanding: a wait in the producer's poll
 
 
-class Durable:
-    """The answer to "is my capture on disk yet?" for one call.
-
-    :meth:`wait` blocks until the sender thread has fsync'd the capture to the spool, at most
-    ``timeout`` s; a capture still not on disk then is counted (``metrics.slow_durable``) and
-    the call goes on, its capture still queued."""
-
-    __slots__ = ("_event", "_timeout", "_metrics")
-
-    def __init__(self, timeout: float, metrics: Metrics) -> None:
-        self._event = threading.Event()
-        self._timeout = timeout
-        self._metrics = metrics
-
-    def set(self) -> None:
-        self._event.set()
-
-    @property
-    def ready(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self) -> bool:
-        if self._event.wait(self._timeout):
-            return True
-        self._metrics.add("slow_durable")
-        log.warning("a capture was not on disk within %.1f s; the call goes on", self._timeout)
-        return False
-
-
 class Sender:
     """One Recorder's sender. ``Sender(...)`` does no I/O; :meth:`start` (or :meth:`open`,
     which starts no thread: tests drive :meth:`step` themselves) creates the spool and the
@@ -93,14 +60,14 @@ class Sender:
     def __init__(self, settings: RecorderSettings, metrics: Metrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.queue: queue.Queue[tuple[Exchange, Durable]] = queue.Queue(settings.max_pending)
         self.producer = self._new_producer()
         self.encoder = CaptureEncoder(settings, metrics)
         self.backoff = Backoff()
+        self.journal: Journal | None = None
         self.tracker: Tracker | None = None
         self.orphans: Orphans | None = None
         self.thread: threading.Thread | None = None
-        self.last_append = float("-inf")  # monotonic end of the last spool append
+        self._work = threading.Event()  # set: the journal has something for this thread
         self._topic = settings.topic
         self._stopping = threading.Event()
         self._close_timeout = settings.close_timeout
@@ -123,7 +90,11 @@ class Sender:
         except BaseException:
             spool.remove()
             raise
-        self.tracker = Tracker(spool, self.metrics, self.backoff)
+        s = self.settings
+        self.journal = Journal(spool, self.encoder, self.metrics, max_pending=s.max_pending,
+                               max_block_ms=s.max_block_ms, group_commit_ms=s.group_commit_ms,
+                               wake=self._work.set)
+        self.tracker = Tracker(spool, self.metrics, self.backoff, self.journal.lock)
         self.orphans = Orphans(self.settings.spool_dir, spool.directory,
                                self.settings.orphan_scan_s, self.metrics, self.backoff)
         self.orphans.claim()  # captures of earlier processes go before this one's
@@ -135,9 +106,16 @@ class Sender:
                                        daemon=True)
         self.thread.start()
 
-    def submit(self, exchange: Exchange, durable: Durable) -> None:
-        """Queue a finished exchange; raises ``queue.Full`` after ``max_block_ms``."""
-        self.queue.put((exchange, durable), timeout=self.settings.max_block_ms / 1000)
+    def submit(self, exchange: Exchange, durable: Durable, *, lead: bool) -> None:
+        """Hand a finished exchange to the journal; ``lead``: commit it on this thread unless
+        a commit is under way, else leave it to the sender thread. Raises ``queue.Full`` after
+        ``max_block_ms`` when ``max_pending`` captures are pending."""
+        assert self.journal is not None
+        self.journal.put(exchange, durable)
+        if lead:
+            self.journal.lead(durable)
+        else:
+            self._work.set()
 
     def stop(self, timeout: float) -> None:
         """Deliver what can be delivered within ``timeout`` s, then stop the thread; anything
@@ -149,7 +127,7 @@ class Sender:
         self.thread.join(timeout + 30)
         if self.thread.is_alive():
             log.error("evidence sender thread did not stop; %d captures may be in memory only",
-                      self.queue.qsize() + len(self.tracker.unspooled if self.tracker else ()))
+                      len(self.journal or ()) + len(self.tracker.unspooled if self.tracker else ()))
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -190,28 +168,27 @@ class Sender:
         self._count_pending()
 
     def take_new(self, wait: float = 0.0) -> int:
-        """Take what the application submitted (waiting up to ``wait`` s for the first),
-        make it durable with one fsync, release its calls; returns how many were taken."""
-        q = self.queue
-        try:
-            batch = [q.get(timeout=wait) if wait > 0 else q.get_nowait()]
-        except queue.Empty:
-            return 0
-        _drain(q, batch, 0.0)
-        linger = self.settings.group_commit_ms / 1000
-        if (len(batch) > 1 and linger > 0 and not self._stopping.is_set()
-                and time.monotonic() - self.last_append < linger):
-            _drain(q, batch, linger)  # under load: let more share this fsync
-        self._append([e for e in map(self.encoder.encode, (ex for ex, _ in batch))
-                      if e is not None])
-        for _, durable in batch:
-            durable.set()
-        return len(batch)
+        """Commit what the journal holds (waiting up to ``wait`` s to be woken when nothing
+        is there) and track every batch written since the last step, in spool order;
+        returns how many captures were tracked."""
+        assert self.journal is not None and self.tracker is not None
+        j = self.journal
+        if wait > 0 and not len(j) and not j.written:
+            self._work.wait(wait)
+        self._work.clear()
+        j.commit()
+        n = 0
+        for entries, spooled in j.take_written():
+            self.tracker.track(entries, spooled)
+            n += len(entries)
+        return n
 
     def _append(self, entries: list[Tracked]) -> None:
-        assert self.tracker is not None
-        if entries and self.tracker.append(entries):
-            self.last_append = time.monotonic()
+        """Write ``entries`` (made on this thread) through the journal and track them."""
+        assert self.journal is not None
+        for e in entries:
+            self.journal.put(e, None)
+        self.take_new()
 
     def _send(self, key: bytes, value: bytes, report: Report) -> None:
         self.producer.produce(self._topic, key, value, report)
@@ -290,7 +267,7 @@ class Sender:
 
     def _settled(self) -> bool:
         assert self.tracker is not None and self.orphans is not None
-        return (self.queue.empty() and self.tracker.inflight == 0
+        return (not len(self.journal or ()) and self.tracker.inflight == 0
                 and not self.tracker.unspooled and not self.orphans.resending
                 and (self.metrics.pending == 0 or self.backoff.waiting()))
 
@@ -337,21 +314,3 @@ class Sender:
         else:
             spool.close()
         self.producer.close()
-
-
-def _drain(q: "queue.Queue[tuple[Exchange, Durable]]", batch: list[tuple[Exchange, Durable]],
-           linger: float) -> None:
-    """Add what is queued to ``batch`` (up to a take's worth), waiting up to ``linger`` s
-    for more once the queue is empty."""
-    until = time.monotonic() + linger
-    while len(batch) < TAKE_BATCH:
-        try:
-            batch.append(q.get_nowait())
-        except queue.Empty:
-            left = until - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                batch.append(q.get(timeout=left))
-            except queue.Empty:
-                return

@@ -24,7 +24,14 @@ from .capture import HASH_ONLY, VALUE
 from .errors import ConfigError
 from .sizing import DEFAULT_MAX_VERBATIM_BYTES
 
-__all__ = ["CONTENT_POLICIES", "ENCRYPT", "PLAIN", "RecorderSettings", "check_stream"]
+__all__ = ["AFTER_RETURN", "BEFORE_RETURN", "CONTENT_POLICIES", "DURABILITIES", "ENCRYPT", "PLAIN",
+           "RecorderSettings", "check_stream"]
+
+BEFORE_RETURN = "before_return"
+AFTER_RETURN = "after_return"
+DURABILITIES = (BEFORE_RETURN, AFTER_RETURN)
+"""``Recorder(durability=...)``: a call returns once its capture is fsync'd in the spool, or
+at once (its capture is fsync'd by the sender thread right after; see docs/capture.md)."""
 
 PLAIN = "plain"
 ENCRYPT = "encrypt"
@@ -62,7 +69,8 @@ class RecorderSettings:
     max_pending: int = 100_000
     max_verbatim_bytes: int = DEFAULT_MAX_VERBATIM_BYTES
     durable_timeout_ms: int = 5_000
-    group_commit_ms: float = 2.0
+    durability: str = BEFORE_RETURN
+    group_commit_ms: float = 0.0
     orphan_scan_s: float = 10.0
     close_timeout: float = 30.0
     producer_config: Mapping[str, Any] | None = None
@@ -111,6 +119,9 @@ class RecorderSettings:
         if not _is_number(self.group_commit_ms) or not 0 <= self.group_commit_ms <= 1000:
             raise ConfigError(f"group_commit_ms must be a number of ms from 0 to 1000, "
                               f"not {self.group_commit_ms!r}")
+        if self.durability not in DURABILITIES:
+            raise ConfigError(f"durability must be one of {DURABILITIES}, "
+                              f"not {self.durability!r}")
         if not _is_number(self.orphan_scan_s) or self.orphan_scan_s <= 0:
             raise ConfigError("orphan_scan_s must be > 0")
         if not _is_number(self.key_cache_s) or self.key_cache_s < 0:

@@ -1,7 +1,8 @@
 """Delivery tracking: this Recorder's captures from its spool to Kafka's acknowledgement.
 
-Write-ahead: every capture is appended to the Recorder's own spool, and fsync'd, before the
-call that made it returns, and only then produced. :class:`Tracker` mirrors the spool's
+Write-ahead: every capture is appended to the Recorder's own spool, and fsync'd (by the
+journal, :mod:`~evidence_client.journal`; before the call that made it returns unless
+``durability="after_return"``), and only then produced. :class:`Tracker` mirrors the spool's
 unacknowledged entries in order; an entry is acknowledged in the spool once it and every entry
 before it are delivered (or dealt with for good). So a crash at any point loses no capture
 whose call returned: the spool holds it until Kafka has it, and whoever adopts the spool
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -79,8 +81,11 @@ class Tracker:
     """The own spool and its mirror: the unacknowledged captures in spool order, those the
     disk refused (``unspooled``: sent from memory only), and whether delivery is healthy."""
 
-    def __init__(self, spool: Spool, metrics: Metrics, backoff: Backoff) -> None:
+    def __init__(self, spool: Spool, metrics: Metrics, backoff: Backoff,
+                 lock: "threading.Lock | None" = None) -> None:
         self.spool = spool
+        self._lock = lock if lock is not None else threading.Lock()
+        """Held while the spool is read or acknowledged: the journal appends under it."""
         self.entries: deque[Tracked] = deque()
         self.unspooled: deque[Tracked] = deque()
         self.inflight = 0
@@ -92,20 +97,15 @@ class Tracker:
         self._probe: set[int] = set()
         self._last_ack = 0.0
 
-    def append(self, entries: list[Tracked]) -> bool:
-        """Make ``entries`` durable in the spool (one fsync) and track them; False when the
-        disk refused them (then they are sent from memory only)."""
-        try:
-            self.spool.append_many([(e.key, e.value) for e in entries])
-        except SpoolError:
-            self._metrics.add("unspooled", len(entries))
-            log.exception("spool write failed: %d captures are sent from memory only and are "
-                          "lost if this process dies first: %s", len(entries),
-                          ", ".join(e.event_id for e in entries))
+    def track(self, entries: list[Tracked], spooled: bool) -> None:
+        """Follow ``entries``, just written to the spool in this order by the journal
+        (:mod:`~evidence_client.journal`); ``spooled=False``: the disk refused them, so they
+        are sent from memory only."""
+        if not spooled:
             for e in entries:
                 e.spooled = False
                 self.unspooled.append(e)
-            return False
+            return
         for e in entries:
             if self.degraded:
                 e.value = None  # re-read from the spool when resent: memory stays bounded
@@ -115,7 +115,6 @@ class Tracker:
         if self.degraded:
             self._metrics.add("spooled", len(entries))
         self._count_pending()
-        return True
 
     def to_send(self) -> list[Tracked]:
         """The tracked captures to produce now, their values loaded: every pending one while
@@ -139,7 +138,9 @@ class Tracker:
         """Read the values of tracked entries back from the spool (they align in order)."""
         want = {id(e) for e in entries}
         last = max(i for i, e in enumerate(self.entries) if id(e) in want)
-        for e, item in zip(self.entries, self.spool.peek(last + 1, max_bytes=1 << 62)):
+        with self._lock:
+            items = self.spool.peek(last + 1, max_bytes=1 << 62)
+        for e, item in zip(self.entries, items):
             if id(e) in want:
                 e.value = item.value
 
@@ -201,7 +202,8 @@ class Tracker:
             return
         self._last_ack = now
         try:
-            self.spool.ack(done)
+            with self._lock:
+                self.spool.ack(done)
         except SpoolError as e:
             # The disk refuses (full?): the entries stay, delivered; acknowledged later.
             log.warning("cannot record %d deliveries in the spool yet: %s", done, e)

@@ -63,8 +63,9 @@ log = logging.getLogger(__name__)
 
 Sink = Callable[[Exchange], Any]
 """Receives each finished exchange; must not raise (the transport guards it anyway). It may
-return a handle with ``ready`` and ``wait()``: the transport then waits until the capture is
-durable before the application sees the end of the response (or its error)."""
+return a handle with ``ready`` and ``wait()`` (and, for the async transports, optionally
+``wait_async()``): the transport then waits until the capture is durable before the
+application sees the end of the response (or its error)."""
 
 Begin = Callable[[str | None], str]
 """Given the client's stream (or None), returns the call's stream; raises into the
@@ -162,7 +163,10 @@ class _Call:
         d = self._durable
         if d is not None and not d.ready:
             try:
-                await asyncio.to_thread(d.wait)
+                if hasattr(d, "wait_async"):
+                    await d.wait_async()
+                else:
+                    await asyncio.to_thread(d.wait)
             except Exception as e:  # noqa: BLE001
                 self._on_error(e)
 

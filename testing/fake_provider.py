@@ -254,6 +254,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # A response's head and body go out in two writes: with Nagle's algorithm on, the body
+    # waited for the client's delayed ACK (~40 ms a call).
+    disable_nagle_algorithm = True
     provider: FakeProvider
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet

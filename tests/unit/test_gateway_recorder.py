@@ -225,7 +225,9 @@ def test_a_produce_call_that_refuses_the_message_does_not_kill_the_sender(tmp_pa
     _wait(lambda: len(fake.delivered) == 2)
     assert r._sender.thread is not None and r._sender.thread.is_alive()
     r.close()
-    assert [e["capture"]["truncated"] for e in _events(fake)] == [True, False]
+    # The truncated copy goes to the end of the spool: after whatever was written meanwhile.
+    assert sorted((len(e["request_bytes"] or b""), e["capture"]["truncated"])
+                  for e in _events(fake)) == [(0, True), (7, False)]
 
 
 def test_a_permanent_error_is_kept_aside_never_retried(tmp_path):
@@ -410,7 +412,14 @@ def test_group_commit_ms_is_checked(tmp_path):
     for bad in (-1, 1000.5, "2", True, None):
         with pytest.raises(ConfigError, match="group_commit_ms"):
             Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path, group_commit_ms=bad)
-    assert Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path).group_commit_ms == 2.0
+    assert Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path).group_commit_ms == 0.0
+
+
+def test_durability_is_checked(tmp_path):
+    for bad in ("fsync", None, 1):
+        with pytest.raises(ConfigError, match="durability"):
+            Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path, durability=bad)
+    assert Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path).durability == "before_return"
 
 
 def test_the_settings_are_built_once_from_the_arguments_and_the_environment(tmp_path,
@@ -454,21 +463,31 @@ class _Sender:
                                            append_many(items))[1]
         s.producer.poll = lambda timeout=0.0: (self.polls.append(timeout), poll(timeout))[1]
 
-    def submit(self, n: int = 1) -> None:
-        """What ``Recorder.submit`` queues, without starting a sender thread."""
+    def exchange(self) -> Any:
         from evidence_client.capture import Exchange
-        from evidence_client.recorder import Durable
         from evidence_contract import content_key, now_micros
 
+        t = now_micros()
+        return Exchange(stream="acme:unit", request_policy="VALUE",
+                        content_key=content_key(b"{}"), request_bytes=b"{}",
+                        url="https://api.openai.com/v1/chat/completions",
+                        host="api.openai.com", path="/v1/chat/completions", started_at=t - 1,
+                        finished_at=t, duration_us=1, status=200,
+                        content_type="application/json", chunks=[b'{"choices":[]}'], eof=True)
+
+    def durable(self) -> Any:
+        from evidence_client.recorder import Durable
+
+        return Durable(1.0, self.recorder.metrics)
+
+    def submit(self, n: int = 1, lead: bool = False) -> list[Any]:
+        """What ``Recorder.submit`` hands over; ``lead``: as a sync call's thread does."""
+        out = []
         for _ in range(n):
-            t = now_micros()
-            ex = Exchange(stream="acme:unit", request_policy="VALUE",
-                          content_key=content_key(b"{}"), request_bytes=b"{}",
-                          url="https://api.openai.com/v1/chat/completions",
-                          host="api.openai.com", path="/v1/chat/completions", started_at=t - 1,
-                          finished_at=t, duration_us=1, status=200,
-                          content_type="application/json", chunks=[b'{"choices":[]}'], eof=True)
-            self.sender.queue.put((ex, Durable(1.0, self.recorder.metrics)))
+            d = self.durable()
+            self.sender.submit(self.exchange(), d, lead=lead)
+            out.append(d)
+        return out
 
     def submit_later(self, delay: float) -> Any:
         import threading
@@ -478,16 +497,31 @@ class _Sender:
         return t
 
 
-def test_a_lone_capture_is_taken_at_once_even_right_after_an_append(tmp_path):
-    s = _Sender(tmp_path, group_commit_ms=1000)
-    s.submit()
-    assert s.sender.take_new() == 1
-    s.submit()  # right after that append, and alone: written at once, no window
-    later = s.submit_later(0.3)  # well within the 1 s window
-    assert s.sender.take_new() == 1
-    later.join()
-    assert s.sender.take_new() == 1
-    assert s.appends == [1, 1, 1]
+def test_a_lone_sync_call_writes_its_own_capture_and_the_sender_tracks_it(tmp_path):
+    s = _Sender(tmp_path)
+    (d,) = s.submit(lead=True)
+    assert d.ready and s.appends == [1]  # on disk when submit returned, on this thread
+    assert s.sender.take_new() == 1 and s.appends == [1]  # tracked, not written again
+    s.sender.step(0.0)
+    assert s.sender.tracker.inflight == 1
+
+
+def test_a_capture_left_to_the_sender_is_written_at_its_next_step(tmp_path):
+    s = _Sender(tmp_path)
+    ds = s.submit(3)  # async calls, or after_return: the sender writes them
+    assert not any(d.ready for d in ds) and s.appends == []
+    assert s.sender.take_new() == 3
+    assert all(d.ready for d in ds) and s.appends == [3]  # one fsync for the three
+
+
+def test_a_call_that_finds_a_write_under_way_leaves_its_capture_to_the_leader(tmp_path):
+    s = _Sender(tmp_path)
+    j = s.sender.journal
+    with j.lock:  # another thread's commit is under way
+        (d,) = s.submit(lead=True)
+        assert not d.ready and s.appends == []
+    # That leader's next round (or the sender, woken by the call) writes it.
+    assert s.sender.take_new() == 1 and d.ready and s.appends == [1]
 
 
 def test_a_batch_that_found_company_right_after_an_append_waits_for_more(tmp_path):
@@ -501,24 +535,35 @@ def test_a_batch_that_found_company_right_after_an_append_waits_for_more(tmp_pat
     assert s.appends == [1, 3]
 
 
-def test_without_a_recent_append_or_with_group_commit_off_nothing_waits(tmp_path):
-    for kwargs, recent in (({"group_commit_ms": 1000}, False), ({"group_commit_ms": 0}, True)):
-        s = _Sender(tmp_path / str(recent), **kwargs)
-        s.sender.last_append = time.monotonic() - (0 if recent else 5.0)
-        s.submit(2)
-        later = s.submit_later(0.3)
-        assert s.sender.take_new() == 2  # did not wait for the third
-        later.join()
-        assert s.sender.take_new() == 1
-        assert s.appends == [2, 1]
+def test_a_lone_capture_never_waits_for_company(tmp_path):
+    s = _Sender(tmp_path, group_commit_ms=1000)
+    s.submit()
+    assert s.sender.take_new() == 1
+    s.submit()  # right after that append, and alone: written at once, no window
+    later = s.submit_later(0.3)  # well within the 1 s window
+    assert s.sender.take_new() == 1
+    later.join()
+    assert s.sender.take_new() == 1
+    assert s.appends == [1, 1, 1]
 
 
-def test_an_idle_sender_waits_on_the_queue_and_a_submit_wakes_it(tmp_path):
+def test_by_default_a_batch_does_not_wait_for_more(tmp_path):
+    s = _Sender(tmp_path)
+    s.sender.journal.last_append = time.monotonic()
+    s.submit(2)
+    later = s.submit_later(0.3)
+    assert s.sender.take_new() == 2  # did not wait for the third
+    later.join()
+    assert s.sender.take_new() == 1
+    assert s.appends == [2, 1]
+
+
+def test_an_idle_sender_waits_to_be_woken_and_a_submit_wakes_it(tmp_path):
     s = _Sender(tmp_path)
     import threading
 
     later = s.submit_later(0.1)
-    # Nothing in flight: the step waits on the queue (here up to 60 s), not in the
+    # Nothing in flight: the step waits to be woken (here up to 60 s), not in the
     # producer's poll; the submit ends the wait, and the capture is durable and produced.
     step = threading.Thread(target=s.sender.step, args=(60.0,), daemon=True)
     step.start()
@@ -530,6 +575,30 @@ def test_an_idle_sender_waits_on_the_queue_and_a_submit_wakes_it(tmp_path):
     assert s.sender.tracker.inflight == 0 and s.recorder.metrics.snapshot()["delivered"] == 1
 
 
+def test_a_full_journal_refuses_after_max_block_ms(tmp_path):
+    import queue
+
+    s = _Sender(tmp_path, max_pending=2, max_block_ms=50)
+    s.submit(2)
+    with pytest.raises(queue.Full):
+        s.submit()
+    assert s.sender.take_new() == 2
+    s.submit()  # room again
+    assert s.sender.take_new() == 1
+
+
+def test_after_return_a_call_does_not_wait_and_its_capture_is_written_after(tmp_path):
+    r = _recorder(tmp_path, SilentProducer(), durability="after_return")
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    for i in range(5):
+        _call(client, b'{"n":%d}' % i)
+    _wait(lambda: len(scan(tmp_path / "spool")) == 5)
+    assert r.metrics.snapshot()["slow_durable"] == 0
+    r.close(timeout=0.2)
+    assert [decode(e.value)[1]["request_bytes"] for e in scan(tmp_path / "spool")] == [
+        b'{"n":%d}' % i for i in range(5)]
+
+
 def test_with_a_delivery_outstanding_the_sender_never_waits_in_the_producers_poll(tmp_path):
     s = _Sender(tmp_path, SilentProducer())
     s.submit()
@@ -537,6 +606,6 @@ def test_with_a_delivery_outstanding_the_sender_never_waits_in_the_producers_pol
     assert s.appends == [1] and s.sender.tracker.inflight == 1  # no report will come
     for _ in range(3):
         s.submit()
-        s.sender.step(60.0)  # waits on the queue, where the next capture is
+        s.sender.step(60.0)  # woken at once: the capture waits for it
     assert s.appends == [1, 1, 1, 1] and s.sender.tracker.inflight == 4
     assert s.polls and set(s.polls) == {0}, s.polls

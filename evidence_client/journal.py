@@ -1,0 +1,227 @@
+"""The write-ahead of a Recorder's captures: group commit to its own spool, by whichever thread
+gets there first.
+
+A finished capture is put on the journal's pending list and committed: encoded
+(:mod:`~evidence_client.encoder`), appended to the own spool with one fsync for everything
+pending, and its :class:`Durable` released. Who commits:
+
+- a sync call whose capture must be on disk before it returns (``durability="before_return"``)
+  commits on its own thread when no one else is writing (it is the *leader*): a lone call
+  waits for its own encode and fsync and for no other thread's wake-up. If a commit is under
+  way, the call waits on its Durable: the leader takes what was pending when its fsync ends
+  (group commit), or, when it has done its share, wakes the sender thread to;
+- an async call (its event loop must not wait in an fsync), and every call under
+  ``durability="after_return"``, puts its capture on the list and wakes the sender thread,
+  which commits it at once.
+
+The lock (:attr:`Journal.lock`) is held while the spool is written, read or acknowledged, so
+the sender's acknowledgements and re-reads never meet an append. What was written goes on
+:attr:`Journal.written` in spool order, for the sender to track until Kafka has it
+(:mod:`~evidence_client.tracking`).
+
+``group_commit_ms`` (default 0) makes a batch that found company within that time of the last
+fsync wait out the rest of it for more to share the next fsync: fewer fsyncs under load, for
+that much latency a call. Without it a Recorder still makes one fsync for all the captures
+that finished while the previous one ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from .capture import Exchange
+from .encoder import CaptureEncoder
+from .errors import SpoolError
+from .metrics import Metrics
+from .spool import Spool
+from .tracking import TAKE_BATCH, Tracked
+
+__all__ = ["Durable", "Journal"]
+
+log = logging.getLogger("evidence_client.recorder")  # the logger these lines always had
+
+_LEADER_ROUNDS = 3
+"""Batches a call's own thread writes at most before it leaves the rest to the sender."""
+
+
+def _resolve(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Durable:
+    """The answer to "is my capture on disk yet?" for one call.
+
+    :meth:`wait` (or, on an event loop, :meth:`wait_async`) returns once the capture is
+    fsync'd in the spool, after at most ``timeout`` s; a capture still not on disk then is
+    counted (``metrics.slow_durable``) and the call goes on, its capture still pending."""
+
+    __slots__ = ("_event", "_timeout", "_metrics", "_waiters")
+
+    def __init__(self, timeout: float, metrics: Metrics) -> None:
+        self._event = threading.Event()
+        self._timeout = timeout
+        self._metrics = metrics
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def set(self) -> None:
+        self._event.set()
+        waiters = self._waiters
+        while waiters:
+            try:
+                loop, fut = waiters.pop()
+            except IndexError:  # another thread's set() took it
+                break
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                pass
+
+    @property
+    def ready(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self) -> bool:
+        if self._event.wait(self._timeout):
+            return True
+        self._slow()
+        return False
+
+    async def wait_async(self) -> bool:
+        """:meth:`wait` without blocking the event loop, and without a thread of its own."""
+        if self._event.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiters.append((loop, fut))
+        if self._event.is_set():  # set between the check and the append: set() missed it
+            _resolve(fut)
+        try:
+            await asyncio.wait_for(fut, self._timeout)
+            return True
+        except asyncio.TimeoutError:
+            self._slow()
+            return False
+
+    def _slow(self) -> None:
+        self._metrics.add("slow_durable")
+        log.warning("a capture was not on disk within %.1f s; the call goes on", self._timeout)
+
+
+Pending = tuple["Exchange | Tracked", "Durable | None"]
+
+
+class Journal:
+    """The pending captures of one Recorder and their commits to its own spool."""
+
+    def __init__(self, spool: Spool, encoder: CaptureEncoder, metrics: Metrics, *,
+                 max_pending: int, max_block_ms: int, group_commit_ms: float,
+                 wake: Callable[[], None]) -> None:
+        self.spool = spool
+        self.lock = threading.Lock()
+        self.written: deque[tuple[list[Tracked], bool]] = deque()
+        """Batches in spool order, and whether the disk took them (the sender tracks them)."""
+        self.last_append = float("-inf")  # monotonic end of the last spool append
+        self._pending: deque[Pending] = deque()
+        self._space = threading.Condition()
+        self._encoder = encoder
+        self._metrics = metrics
+        self._max_pending = max_pending
+        self._max_block = max_block_ms / 1000
+        self._linger = group_commit_ms / 1000
+        self._wake = wake
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def put(self, item: Exchange | Tracked, durable: Durable | None) -> None:
+        """Add a capture to the pending list; raises ``queue.Full`` when ``max_pending``
+        captures still wait after ``max_block_ms``."""
+        if len(self._pending) >= self._max_pending:
+            with self._space:
+                if not self._space.wait_for(lambda: len(self._pending) < self._max_pending,
+                                            self._max_block):
+                    raise queue.Full
+        self._pending.append((item, durable))
+
+    def lead(self, durable: Durable) -> None:
+        """On a call's own thread, after :meth:`put`: commit unless a commit is under way
+        (then its leader, or the sender, takes this capture), at most a few batches; then
+        wake the sender, to produce what was written and commit what is left."""
+        for _ in range(_LEADER_ROUNDS):
+            if not self._pending or not self.lock.acquire(blocking=False):
+                break
+            try:
+                self._write_batch()
+            finally:
+                self.lock.release()
+            if durable.ready:
+                break
+        self._wake()
+
+    def commit(self) -> int:
+        """Write everything pending, waiting for a commit under way first (the sender's
+        way); returns how many captures were taken."""
+        n = 0
+        while self._pending:
+            with self.lock:
+                n += self._write_batch()
+        return n
+
+    def _take(self) -> list[Pending]:
+        batch: list[Pending] = []
+        pending = self._pending
+        while pending and len(batch) < TAKE_BATCH:
+            batch.append(pending.popleft())
+        return batch
+
+    def _write_batch(self) -> int:
+        """Under :attr:`lock`: encode and append one batch with one fsync, release its
+        calls; returns how many were taken."""
+        batch = self._take()
+        if not batch:
+            return 0
+        if len(batch) > 1 and self._linger > 0:
+            left = self.last_append + self._linger - time.monotonic()
+            if left > 0:  # under load: let more share this fsync
+                time.sleep(left)
+                batch += self._take()
+        with self._space:
+            self._space.notify_all()
+        entries = [e for e in map(self._encode, (item for item, _ in batch)) if e is not None]
+        if entries:
+            ok = self._append(entries)
+            self.written.append((entries, ok))
+        for _, durable in batch:
+            if durable is not None:
+                durable.set()
+        return len(batch)
+
+    def _encode(self, item: Exchange | Tracked) -> Tracked | None:
+        return item if isinstance(item, Tracked) else self._encoder.encode(item)
+
+    def _append(self, entries: list[Tracked]) -> bool:
+        try:
+            self.spool.append_many([(e.key, e.value) for e in entries])  # type: ignore[misc]
+        except SpoolError:
+            self._metrics.add("unspooled", len(entries))
+            log.exception("spool write failed: %d captures are sent from memory only and are "
+                          "lost if this process dies first: %s", len(entries),
+                          ", ".join(e.event_id for e in entries))
+            return False
+        self.last_append = time.monotonic()
+        return True
+
+    def take_written(self) -> list[tuple[list[Tracked], bool]]:
+        """The batches written since the last call, in spool order."""
+        out = []
+        written = self.written
+        while written:
+            out.append(written.popleft())
+        return out
