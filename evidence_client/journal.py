@@ -154,16 +154,22 @@ class Journal:
         """On a call's own thread, after :meth:`put`: commit unless a commit is under way
         (then its leader, or the sender, takes this capture), at most a few batches; then
         wake the sender, to produce what was written and commit what is left."""
+        first = False  # wrote the first batch the sender has not taken yet
         for _ in range(_LEADER_ROUNDS):
             if not self._pending or not self.lock.acquire(blocking=False):
                 break
             try:
+                first = not self.written or first
                 self._write_batch()
             finally:
                 self.lock.release()
             if durable.ready:
                 break
-        self._wake()
+        # One wake per batch of batches: a sender already woken for earlier ones takes
+        # this one with them (at worst at its next tick), so under load it is not woken
+        # for every capture.
+        if first or self._pending:
+            self._wake()
 
     def commit(self) -> int:
         """Write everything pending, waiting for a commit under way first (the sender's

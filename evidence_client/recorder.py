@@ -74,7 +74,6 @@ epoch (``keycache``). A capture whose key the store cannot give is dropped and c
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import dataclasses
 import logging
@@ -267,7 +266,12 @@ class Recorder:
         check_stream(stream)
         sync_cls, async_cls = transport_classes(flavor)
         cls = async_cls if asynchronous else sync_cls
-        sink = self._submit_after_return if self._after_return else self.submit
+        if self._after_return:
+            sink = self._submit_after_return
+        elif asynchronous:  # its loop must not wait in an fsync: the sender writes
+            sink = self.submit
+        else:
+            sink = self._submit_and_lead
         return cls(inner, stream, self.settings.request_policy, sink,
                    self._capture_error, self._begin_call, self._spans)
 
@@ -325,14 +329,17 @@ class Recorder:
         log.error("capture failed; the application's call was not affected", exc_info=exc)
 
     def submit(self, exchange: Exchange) -> Durable:
-        """Hand a finished exchange to be written ahead and sent. Never raises; waits at most
-        ``max_block_ms`` when ``max_pending`` captures are already waiting. Returns the
-        capture's :class:`Durable`: waiting on it returns once the capture is on disk.
+        """Hand a finished exchange to be written ahead (by the sender thread) and sent.
+        Never raises; waits at most ``max_block_ms`` when ``max_pending`` captures are
+        already waiting. Returns the capture's :class:`Durable`: waiting on it returns once
+        the capture is on disk."""
+        return self._submit(exchange, lead=False)
 
-        Called on a thread with no running event loop under ``durability="before_return"``,
-        the capture is written on this thread when no other write is under way (it is on
-        disk when this returns); else the sender thread writes it."""
-        return self._submit(exchange, lead=not self._after_return and _no_running_loop())
+    def _submit_and_lead(self, exchange: Exchange) -> Durable:
+        """The sync capture transports' sink under ``durability="before_return"``: the call
+        waits for its capture anyway, so it writes it on its own thread when no other write
+        is under way (no hand-off to the sender thread and back)."""
+        return self._submit(exchange, lead=True)
 
     def _submit_after_return(self, exchange: Exchange) -> None:
         """The capture transports' sink under ``durability="after_return"``: nothing to
@@ -359,15 +366,6 @@ class Recorder:
             log.error("capture dropped (content_key=%s): %s",
                       self._sender.encoder.key_text(exchange), e)
         return durable
-
-
-def _no_running_loop() -> bool:
-    """True on a thread that runs no event loop (an fsync there blocks nothing else)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return True
-    return False
 
 
 def _flavor_module(flavor: str) -> Any:

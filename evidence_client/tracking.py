@@ -114,7 +114,7 @@ class Tracker:
         self._sendable += len(entries)
         if self.degraded:
             self._metrics.add("spooled", len(entries))
-        self._count_pending()
+        self.pending += len(entries)  # new entries are not done: no need to count them all
 
     def to_send(self) -> list[Tracked]:
         """The tracked captures to produce now, their values loaded: every pending one while
