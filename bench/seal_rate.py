@@ -2,8 +2,11 @@
 
 Pre-loads captures (1 KiB responses over 16 streams) into fresh topics, starts
 ``evidence writer`` as a subprocess, and times it from "partitions assigned" until its
-committed intake offsets reach the end of intake: sustained sealing in records/s. For scale
-it also times a plain idempotent producer writing the same number of same-sized messages.
+committed intake offsets reach the end of intake: sustained sealing in records/s. Beside it,
+the baseline: a plain idempotent producer sending the same (key, value) bytes with the
+writer's own producer settings to fresh topics of as many partitions, one untimed warm-up
+run, then ``PLAIN_RUNS`` timed runs before and after the writer, each from a settled disk and
+a connected producer; the baseline is their median (see :func:`plain_producer_run`).
 Topics are deleted afterwards.
 """
 
@@ -13,10 +16,12 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,17 +40,25 @@ def _fast_encode(event: dict) -> bytes:
     return MARKER + fingerprint("CaptureEvent") + canonical_body_bytes(event)
 
 
-def preload(bootstrap: str, settings: TopicSettings, n: int, streams: int) -> float:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
-                  "batch.size": 1_000_000, "partitioner": "murmur2_random"})
+def capture_messages(n: int, streams: int) -> list[tuple[bytes, bytes]]:
+    """(key, CaptureEvent bytes) for ``n`` captures with 1 KiB responses over ``streams``."""
     first = make_capture("s-0", response=os.urandom(512).hex().encode())
     assert _fast_encode(first) == encode("CaptureEvent", first)
-    t0 = time.perf_counter()
+    out = []
     for i in range(n):
         e = make_capture(f"s-{i % streams}", response=os.urandom(512).hex().encode())  # 1 KiB
+        out.append((e["stream"].encode(), _fast_encode(e)))
+    return out
+
+
+def preload(bootstrap: str, settings: TopicSettings, messages: list[tuple[bytes, bytes]]) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                  "batch.size": 1_000_000, "partitioner": "murmur2_random"})
+    t0 = time.perf_counter()
+    for i, (key, value) in enumerate(messages):
         while True:
             try:
-                p.produce(settings.names.intake, _fast_encode(e), e["stream"].encode())
+                p.produce(settings.names.intake, value, key)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -55,21 +68,69 @@ def preload(bootstrap: str, settings: TopicSettings, n: int, streams: int) -> fl
     return time.perf_counter() - t0
 
 
-def plain_producer_rate(bootstrap: str, topic: str, n: int, size: int, streams: int) -> float:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "linger.ms": 5, "partitioner": "murmur2_random"})
-    payload = os.urandom(size)
-    keys = [f"s-{i}".encode() for i in range(streams)]
-    t0 = time.perf_counter()
-    for i in range(n):
+PLAIN_RUNS = (2, 2)
+"""Timed runs of the plain producer before and after the writer (after one untimed warm-up
+run): the baseline is their median."""
+
+
+def writer_producer_config(bootstrap: str) -> dict[str, Any]:
+    """The writer's own producer settings (``writer.kafka_io.producer_config``: acks,
+    idempotence, batch size, linger, compression, whatever they are now) without its
+    transactions, and the keyed partitioner the gateways use: the baseline batches and sends
+    as the writer's producer does, so the ratio compares sealing, not settings."""
+    from writer.config import WriterConfig
+    from writer.kafka_io import producer_config
+
+    conf = producer_config(WriterConfig(bootstrap=bootstrap), error_cb=lambda _e: None)
+    for key in ("transactional.id", "transaction.timeout.ms", "error_cb", "client.id"):
+        conf.pop(key, None)
+    return {**conf, "client.id": "bench-plain-producer", "partitioner": "murmur2_random"}
+
+
+def plain_producer_run(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]],
+                       database_url: str | None = None) -> dict[str, Any]:
+    """One timed run of the plain idempotent producer: ``messages`` ((key, value) pairs) to
+    ``topic`` until all are acknowledged. The clock starts once the disk is settled
+    (``bench.services.settle_disk``) and the producer is connected (its producer id and the
+    topic's leaders fetched, a small message to each partition delivered), as the writer's
+    clock starts at its assignment; what it measures is the sending, not the start-up."""
+    from confluent_kafka import Producer
+
+    from bench.services import host_ticks, settle_disk, steal_pct
+
+    settled = settle_disk(database_url)
+    p = Producer(writer_producer_config(bootstrap))
+    for part in range(len(p.list_topics(topic, timeout=30).topics[topic].partitions)):
+        p.produce(topic, b"warm-up", partition=part)
+    if p.flush(60) != 0:
+        raise RuntimeError(f"the plain producer could not reach {topic}")
+    h0, t0 = host_ticks(), time.perf_counter()
+    produce = p.produce
+    for key, value in messages:
         while True:
             try:
-                p.produce(topic, payload, keys[i % streams])
+                produce(topic, value, key)
                 break
             except BufferError:
-                p.poll(0.05)
-    assert p.flush(120) == 0
-    return n / (time.perf_counter() - t0)
+                p.poll(0.01)
+    if p.flush(300) != 0:
+        raise RuntimeError(f"producing to {topic} did not finish")
+    s = time.perf_counter() - t0
+    return {"seconds": round(s, 2), "records_per_s": round(len(messages) / s),
+            "steal_pct": steal_pct(h0, host_ticks()), "dirty_mib_settled": settled["dirty_mib_before"]}
+
+
+def plain_producer_runs(bootstrap: str, topics: list[str], messages: list[tuple[bytes, bytes]],
+                        when: str, database_url: str | None = None) -> list[dict[str, Any]]:
+    """A run of :func:`plain_producer_run` to each of ``topics`` (fresh ones: each run meets an
+    empty topic, as the writer's log is), labelled ``when``."""
+    return [{"when": f"{when}, run {i}", **plain_producer_run(bootstrap, t, messages, database_url)}
+            for i, t in enumerate(topics, 1)]
+
+
+def median_rate(runs: list[dict[str, Any]]) -> int:
+    """The median records/s of ``runs`` (the baseline a ratio is taken against)."""
+    return round(statistics.median(r["records_per_s"] for r in runs))
 
 
 def intake_end(bootstrap: str, settings: TopicSettings) -> list[TopicPartition]:
@@ -130,6 +191,9 @@ def time_until_sealed(bootstrap: str, writer: WriterProcess, group_id: str, ends
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", default=os.environ.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    ap.add_argument("--database-url", default=os.environ.get("EVIDENCE_DATABASE_URL"),
+                    help="PostgreSQL, for a checkpoint when the disk is settled (default: "
+                         "EVIDENCE_DATABASE_URL; without it, sync only)")
     ap.add_argument("--captures", type=int, default=50_000)
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--partitions", type=int, default=6)
@@ -142,18 +206,30 @@ def main() -> int:
                          "if built)")
     args = ap.parse_args()
 
+    from bench.services import settle_disk
+
     settings = TopicSettings(names=TopicNames(f"bench{uuid.uuid4().hex[:8]}"), partitions=args.partitions)
     ensure_topics(args.bootstrap, settings)
+    scratch = [f"{settings.names.prefix}.scratch-{i}" for i in range(1 + sum(PLAIN_RUNS))]
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
     writer = None
     try:
-        load_s = preload(args.bootstrap, settings, args.captures, args.streams)
+        create_scratch(admin, scratch, args.partitions)
+        messages = capture_messages(args.captures, args.streams)
+        load_s = preload(args.bootstrap, settings, messages)
         ends = intake_end(args.bootstrap, settings)
         assert sum(tp.offset for tp in ends) == args.captures
+        # The warm-up run is not timed: the broker's first appends after a quiet spell (and
+        # the JIT's) are slower than the rest, and which side met them decided the ratio.
+        plain_producer_run(args.bootstrap, scratch[0], messages, args.database_url)
+        plain = plain_producer_runs(args.bootstrap, scratch[1:1 + PLAIN_RUNS[0]], messages,
+                                    "before the writer", args.database_url)
         opts = {"transactional_id": f"bench-{settings.names.prefix}", "group_id": f"bench-{settings.names.prefix}"}
         if args.batch_max_messages:
             opts["batch_max_messages"] = args.batch_max_messages
         if args.batch_linger_ms is not None:
             opts["batch_linger_ms"] = args.batch_linger_ms
+        settle_disk(args.database_url)
         writer = start_writer(args.bootstrap, settings, opts, args.profile, ready_timeout=60,
                               native=args.native)
         t0, t1 = time_until_sealed(args.bootstrap, writer, opts["group_id"], ends, timeout=600)
@@ -163,22 +239,33 @@ def main() -> int:
                 os.kill(int(child), signal.SIGTERM)
             writer.wait(120)
         writer.terminate()
-        plain = plain_producer_rate(args.bootstrap, settings.names.rejected, args.captures, 1300, args.streams)
+        plain += plain_producer_runs(args.bootstrap, scratch[1 + PLAIN_RUNS[0]:], messages,
+                                     "after the writer", args.database_url)
+        base = median_rate(plain)
         result = {"captures": args.captures, "streams": args.streams, "partitions": args.partitions,
                   "preload_s": round(load_s, 2), "seal_s": round(t1 - t0, 2),
-                  "sealed_per_s": round(seal_rate), "plain_idempotent_producer_per_s": round(plain),
-                  "ratio": round(seal_rate / plain, 3), "native": args.native or "auto"}
+                  "sealed_per_s": round(seal_rate), "plain_idempotent_producer_per_s": base,
+                  "plain_runs_per_s": [r["records_per_s"] for r in plain],
+                  "ratio": round(seal_rate / base, 3), "native": args.native or "auto"}
         print(json.dumps(result))
         return 0
     finally:
         if writer and writer.alive():
             writer.kill()
-        admin = AdminClient({"bootstrap.servers": args.bootstrap})
-        for f in admin.delete_topics(list(settings.names.all()), operation_timeout=30).values():
+        for f in admin.delete_topics(list(settings.names.all()) + scratch,
+                                     operation_timeout=30).values():
             try:
                 f.result()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def create_scratch(admin: AdminClient, names: list[str], partitions: int) -> None:
+    """The plain producer's topics: as many partitions as the writer's log, one replica."""
+    from confluent_kafka.admin import NewTopic
+
+    for f in admin.create_topics([NewTopic(t, partitions, 1) for t in names]).values():
+        f.result()
 
 
 if __name__ == "__main__":
