@@ -50,6 +50,7 @@ from .errors import PositionsMoved, ProjectionError
 from .fold import Folded, ProjectedHead, Record, decode_messages, fold
 from .pg import next_positions
 from .store import Store
+from .summary import RunningSummaries
 from . import tlog
 
 __all__ = ["BulkLoad"]
@@ -69,8 +70,11 @@ than it saves)."""
 class BulkLoad:
     """Overlapped writes of one generation's bulk load; see the module docstring."""
 
-    def __init__(self, store: Store, gen: str, topic: str) -> None:
+    def __init__(self, store: Store, gen: str, topic: str,
+                 summary: RunningSummaries | None = None) -> None:
         self.store, self.gen, self.topic = store, gen, topic
+        self.summary = summary
+        """Fed every records row as it is queued (:mod:`projections.summary`), if given."""
         self.heads, self.ranges = store.bulk_state(gen)
         self._native = store.copies_natively()
         self._writer = Store(store.cfg).open()  # its connection is the thread's alone
@@ -101,6 +105,8 @@ class BulkLoad:
         records = sorted((m for m in decoded if isinstance(m, Record)),
                          key=lambda m: (m.partition, m.offset))
         grown = tlog.grow(self.ranges, [m.row for m in records], [m.leaf for m in records])
+        if self.summary is not None:
+            self.summary.add(m.row for m in records)
         copies = [m.copy for m in decoded if isinstance(m, Record)]
         half = len(copies) // 2 if len(copies) >= SPLIT_MIN else 0
         if self._native and all(c is not None for c in copies):

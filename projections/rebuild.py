@@ -19,9 +19,12 @@ parentheses are the steps of :class:`_Rebuild` and the keys of ``RebuildResult.p
    same redaction policy), and the findings. Those per-stream summaries cover every row, but
    most are taken before the lock: records rows are only ever inserted, so once the new
    generation has caught up, the rows below the live positions then (``early``) are final in
-   both; they are summarised side by side before the lock, and under it only the rows from
-   ``early`` on are, each part's digests joined (``joined``) into the summary compared. So
-   the live projector waits for the tail, not for a scan of both whole generations. Also
+   both; they are summarised before the lock, and under it only the rows from ``early`` on
+   are, each part's digests joined (``joined``) into the summary compared. So the live
+   projector waits for the tail, not for a scan of both whole generations. The rebuilt
+   generation's rows below where its load stopped are summarised as the load writes them
+   (:mod:`projections.summary`: no second pass over them), the live generation's from the
+   end of the load on, beside the index builds. Also
    compared: per stream the Merkle tree root at the live generation's tree size, computed
    from each generation's own stored nodes; the checkpoints folded from
    ``evidence.checkpoints`` below the live generation's positions there (size, root, and
@@ -94,6 +97,7 @@ from .errors import (
 from .reader import LogReader
 from .service import FEEDS, Feed, GenerationWriter, open_feeds
 from .store import AcceptedSwap, Store
+from .summary import RunningSummaries
 
 __all__ = ["Acceptance", "Judge", "Progress", "ProgressFactory", "RebuildResult", "Summaries",
            "Verdict", "compare_checkpoints", "compare_erasures", "compare_generations",
@@ -138,8 +142,9 @@ class RebuildResult:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds each step took, in order: ``load`` (bulk load to the end offsets as of the
     start), ``indexes``, ``catch_up`` (what arrived meanwhile, checkpoints, erasures),
-    ``summarise`` (both generations' rows below the live positions after the catch-up,
-    side by side, before the live lock),
+    ``summarise`` (the rest of both generations' rows below the live positions after the
+    catch-up, before the live lock: the load summarised its own rows, and the live
+    generation's below the load's end were summarised beside ``indexes``),
     ``check`` (under the live lock: the last catch-up, both generations' rows past those
     positions summarised, everything compared, the swap) and ``drop`` (the old
     generation); after a disagreement, ``judge`` (the log read to say which generation it
@@ -260,6 +265,9 @@ class _Rebuild:
         self.feeds = _feeds(store, readers, gen, follow_live=False)
         self.progress_factory = progress_factory
         self.same_policy = policy_digest(store, live) == policy_digest(store, gen)
+        self.running = RunningSummaries(self.same_policy)
+        self.loaded: dict[int, int] = {}
+        self.live_loaded: OnThread | None = None
         self.early: dict[int, int] = {}
         self.early_sums: tuple[Summaries, Summaries] | None = None
         self.bounds: dict[str, dict[int, int]] = {}
@@ -292,20 +300,32 @@ class _Rebuild:
     def load(self) -> None:
         """2. The log from offset 0 to its end offsets as of now, its writes overlapped with
         the folding of the next batch (projections.bulk): the generation is this rebuild's
-        alone until it swaps."""
+        alone until it swaps. Its records rows are summarised as they are written
+        (projections.summary), for step 3."""
         records = self.feeds[0]
         targets = records.reader.end_offsets()
         progress = (self.progress_factory(f"rebuild {self.gen}", sum(targets.values()))
                     if self.progress_factory is not None else None)
-        records.writer.bulk = bulk = BulkLoad(self.store, self.gen, records.reader.topic)
+        bulk = BulkLoad(self.store, self.gen, records.reader.topic, self.running)
+        records.writer.bulk = bulk
         try:
             records.fill(targets, self.cfg, progress)
             bulk.close()
         finally:
             records.writer.bulk = None
             bulk.stop()
+        self.loaded = loaded = dict(records.writer.expected)
         if progress is not None:
             progress.close()
+        # The live generation's rows below where the load stopped are final once the live
+        # projector is past there: they are summarised from now on, beside the index builds
+        # and the catch-up, on every core (the rebuilt side's are summarised already).
+        live_now = self.store.positions(self.live, records.reader.topic)
+        if self.running.usable and all(live_now.get(p, 0) >= n for p, n in loaded.items()):
+            cfg, live, bodies = self.cfg, self.live, self.same_policy
+            self.live_loaded = OnThread(
+                lambda: summarise_apart(cfg, live, loaded, bodies, 2 * SUMMARY_PARTS),
+                f"summarise-{live}")
 
     def indexes(self) -> None:
         self.store.create_indexes(self.gen)
@@ -319,20 +339,27 @@ class _Rebuild:
     def summarise(self) -> None:
         """Most of the pre-swap check, before the lock: records rows are only ever inserted,
         so the rows below the live generation's positions now (``early``; the new one is
-        filled up to them) are final, and both generations' are summarised here, side by
-        side. Under the live lock only the rows past them are: the live projector then
-        waits for that tail, not for a scan of both whole generations. (Summarised during
-        the load instead, the live generation's scan slowed the load by as much: 600k
-        records, load 24.6-25.7 s against 18.9 s.)"""
-        cfg, live, gen = self.cfg, self.live, self.gen
+        filled up to them) are final, and both generations' are summarised here. Under the
+        live lock only the rows past them are: the live projector then waits for that tail,
+        not for a scan of both whole generations. Below where the load stopped
+        (``loaded``) the rebuilt generation's rows were summarised as they were written,
+        and the live generation's since the load ended (``live_loaded``); here only both
+        from ``loaded`` to ``early``, through the key. (Summarised during the load instead,
+        the live generation's scan slowed the load by as much: 600k records, load
+        24.6-25.7 s against 18.9 s.)"""
+        cfg, live, gen, bodies = self.cfg, self.live, self.gen, self.same_policy
         self.early = early = self.feeds[0].reach_live(self.store, live, cfg)
-        live_side = OnThread(lambda: summarise_apart(cfg, live, early, self.same_policy,
-                                                     SUMMARY_PARTS), f"summarise-{live}")
-        try:
-            rebuilt_early = summarise_apart(cfg, gen, early, self.same_policy, SUMMARY_PARTS)
-        finally:
-            live_early = live_side.result()
-        self.early_sums = (live_early, rebuilt_early)
+        loaded, live_loaded = self.loaded, self.live_loaded
+        if live_loaded is None or not all(early.get(p, 0) >= n for p, n in loaded.items()):
+            if live_loaded is not None:
+                live_loaded.result()  # its connection let go before the scans
+            self.early_sums = _scan_both(cfg, live, gen, early, bodies)
+            return
+        rebuilt = joined(self.running.result(),
+                         summarise_apart(cfg, gen, early, bodies, since=loaded))
+        live_early = joined(live_loaded.result(),
+                            summarise_apart(cfg, live, early, bodies, since=loaded))
+        self.early_sums = (live_early, rebuilt)
 
     def check(self) -> None:
         """3. Under the live lock: every feed reaches the live generation's positions, the
@@ -409,6 +436,20 @@ class _Rebuild:
         log("warning", "differences_accepted", generation=gen, previous=live, id=accepted.id,
             by=accept.by, reason=accept.reason, differences=len(diffs))
         return accepted
+
+
+def _scan_both(cfg: ProjectorConfig, live: str, gen: str, early: Mapping[int, int],
+               bodies: bool) -> tuple[Summaries, Summaries]:
+    """Both generations' rows below ``early`` summarised from their tables, side by side:
+    when the load's own summary cannot stand for the rebuilt one's (a stream whose seqs do
+    not rise along the log, or a live generation behind where the load stopped)."""
+    live_side = OnThread(lambda: summarise_apart(cfg, live, early, bodies, SUMMARY_PARTS),
+                         f"summarise-{live}")
+    try:
+        rebuilt = summarise_apart(cfg, gen, early, bodies, SUMMARY_PARTS)
+    finally:
+        live_early = live_side.result()
+    return live_early, rebuilt
 
 
 def _drop(store: Store, gen: str, result: RebuildResult) -> bool:

@@ -190,3 +190,32 @@ def test_indexes_built_after_a_bulk_load_are_those_of_a_generation_made_with_the
         store.create_indexes(bulk)
     assert shape(bulk) == shape(made)
     assert ("tree_nodes", "tree_nodes_pkey", "p", "PRIMARY KEY (stream, level, idx)") in shape(bulk)[1]
+
+
+@pytest.mark.parametrize("bodies", [True, False])
+def test_the_summary_a_bulk_load_keeps_is_the_one_summaries_reads_back(projection_config,
+                                                                        split, bodies):
+    """What ``projections.summary`` folds from the rows a load writes is byte for byte what
+    ``RecordStore.summaries`` computes from the table (a rebuild compares one with the other
+    generation's); a log whose seqs do not rise along it gives no summary."""
+    from projections.summary import RunningSummaries
+
+    cfg = projection_config
+    clean = _positions(chain({f"s{i}": 30 for i in range(7)}, response=os.urandom(200)))
+    with Store(cfg) as store:
+        for msgs, usable in ((clean, True), (_log(), False)):
+            gen = store.create_generation(indexes=False)
+            running = RunningSummaries(bodies)
+            bulk = BulkLoad(store, gen, TOPIC, running)
+            expected = {0: 0, 1: 0, 2: 0}
+            try:
+                for _, batch, reached, marks in _batches(msgs, 17):
+                    expected = bulk.apply(expected, batch, reached, marks).next_offsets
+                bulk.close()
+            finally:
+                bulk.stop()
+            assert running.usable is usable
+            if usable:
+                got = running.result()
+                assert len(got[0]) == 7 and sum(c for c, _, _ in got[0].values()) == 210
+                assert got == store.records.summaries(gen, expected, bodies)
