@@ -195,12 +195,13 @@ def _clients(recorder: Any, url: str, asynchronous: bool) -> dict[str, Any]:
                       http_client=h) for side, h in http.items()}
 
 
-def _levels(calls: int, block: int) -> list[tuple[bool, int, int, int]]:
+def _levels(calls: int, block: int,
+            levels: tuple[int, ...]) -> list[tuple[bool, int, int, int]]:
     """(stream, callers, block, rounds) of each row: about ``calls`` calls a side at every
     level, fewer a block with more callers, at least two rounds (each side first once)."""
     out = []
     for stream in (False, True):
-        for c in CONCURRENCY:
+        for c in levels:
             b = max(1, min(block, calls // (2 * c)))
             out.append((stream, c, b, max(2, round(calls / (c * b)))))
     return out
@@ -215,12 +216,12 @@ def _row(asynchronous: bool, stream: bool, c: int, samples: Samples,
     return row
 
 
-def _sync_rows(recorder: Any, url: str, calls: int, block: int,
+def _sync_rows(recorder: Any, url: str, calls: int, block: int, levels: tuple[int, ...],
                say: Callable[[str], None]) -> list[dict[str, Any]]:
     clients = _clients(recorder, url, False)
     rows = []
     try:
-        for stream, c, b, rounds in _levels(calls, block):
+        for stream, c, b, rounds in _levels(calls, block, levels):
             _run_sync(clients, stream, c, 1, 1)  # warm both sides' connections first
             rows.append(_row(False, stream, c, _run_sync(clients, stream, c, rounds, b), say))
     finally:
@@ -229,12 +230,12 @@ def _sync_rows(recorder: Any, url: str, calls: int, block: int,
     return rows
 
 
-async def _async_rows(recorder: Any, url: str, calls: int, block: int,
+async def _async_rows(recorder: Any, url: str, calls: int, block: int, levels: tuple[int, ...],
                       say: Callable[[str], None]) -> list[dict[str, Any]]:
     clients = _clients(recorder, url, True)
     rows = []
     try:
-        for stream, c, b, rounds in _levels(calls, block):
+        for stream, c, b, rounds in _levels(calls, block, levels):
             await _run_async(clients, stream, c, 1, 1)
             samples = await _run_async(clients, stream, c, rounds, b)
             rows.append(_row(True, stream, c, samples, say))
@@ -245,7 +246,7 @@ async def _async_rows(recorder: Any, url: str, calls: int, block: int,
 
 
 def _measure_mode(bootstrap: str, prefix: str, spool: Path, url: str, settings: dict[str, Any],
-                  calls: int, block: int,
+                  calls: int, block: int, levels: tuple[int, ...],
                   say: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, int]]:
     from evidence_client import Recorder
 
@@ -253,8 +254,8 @@ def _measure_mode(bootstrap: str, prefix: str, spool: Path, url: str, settings: 
                         close_timeout=30, **settings)
     recorder.start()
     try:
-        rows = _sync_rows(recorder, url, calls, block, say)
-        rows += asyncio.run(_async_rows(recorder, url, calls, block, say))
+        rows = _sync_rows(recorder, url, calls, block, levels, say)
+        rows += asyncio.run(_async_rows(recorder, url, calls, block, levels, say))
     finally:
         recorder.close()
     return rows, recorder.metrics.snapshot()
@@ -264,9 +265,11 @@ def _measure_mode(bootstrap: str, prefix: str, spool: Path, url: str, settings: 
 
 def measure(bootstrap: str, prefix: str, *, calls: int, block: int = 10,
             modes: list[tuple[str, dict[str, Any]]] | None = None,
+            levels: tuple[int, ...] = CONCURRENCY,
             say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every mode of ``modes`` (default :data:`MODES`) at every level, ~``calls`` calls a side
-    and level; returns the rows with the fsync time of this disk beside them."""
+    """Every mode of ``modes`` (default :data:`MODES`) at every level of ``levels`` (callers),
+    ~``calls`` calls a side and level; returns the rows with the fsync time of this disk
+    beside them."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"{prefix}.intake"
@@ -285,7 +288,7 @@ def measure(bootstrap: str, prefix: str, *, calls: int, block: int = 10,
             for name, settings in modes or MODES:
                 say(f"call overhead, durability {name}")
                 rows, counts = _measure_mode(bootstrap, prefix, Path(d) / "spool", url,
-                                             settings, calls, block, say)
+                                             settings, calls, block, levels, say)
                 out["modes"].append({"name": name, "settings": settings, "rows": rows,
                                      "recorder": counts})
     finally:
@@ -349,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.call_overhead",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls")
-    ap.add_argument("--calls", type=int, help="calls a side and row (default 400; quick 100)")
+    ap.add_argument("--calls", type=int, help="calls a side and row (default 400; quick 60)")
     ap.add_argument("--block", type=int, default=10, help="calls a caller makes in a block")
+    ap.add_argument("--concurrency", default="1,16,64", help="callers, comma-separated")
     ap.add_argument("--mode", action="append", choices=[m for m, _ in MODES],
                     help="only these durability modes (repeatable)")
     ap.add_argument("--bootstrap", default=None, help="Kafka (default: the dev stack's)")
@@ -364,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         args.bootstrap = env.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     modes = [m for m in MODES if args.mode is None or m[0] in args.mode]
     x = measure(args.bootstrap, f"bench{uuid.uuid4().hex[:8]}",
-                calls=args.calls or (100 if args.quick else 400), block=args.block,
-                modes=modes, say=lambda m: print(m, file=sys.stderr, flush=True))
+                calls=args.calls or (60 if args.quick else 400), block=args.block,
+                modes=modes, levels=tuple(int(c) for c in args.concurrency.split(",") if c),
+                say=lambda m: print(m, file=sys.stderr, flush=True))
     print("\n".join(markdown(x)))
     return 0
 

@@ -70,7 +70,7 @@ FULL = {"captures": 200_000, "rates": "100,1000,5000,10000,max", "latency_second
         "replay_rounds": 6, "overhead_calls": 400}
 QUICK = {"captures": 20_000, "rates": "100,1000,max", "latency_seconds": 4.0,
          "concurrency": "4,64", "verify_seconds": 2.0, "replay_calls": 50, "replay_rounds": 2,
-         "overhead_calls": 100}
+         "overhead_calls": 60}
 
 
 def _say(msg: str) -> None:
@@ -375,6 +375,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--replay-rounds", type=int, help="rounds of section 7, each reading every call with "
                                         "both readers")
     a("--overhead-calls", type=int, help="calls a side and row of section 8 (call overhead)")
+    a("--overhead-concurrency", default="1,16,64",
+      help="concurrent callers of section 8, comma-separated")
     a("--api-workers", type=int, default=None,
       help="API worker processes (default: one per core, api.config.default_workers())")
     a("--es-batch", type=int, default=1000,
@@ -441,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.call_overhead import measure as call_overhead
 
         # 8., first: on a quiet machine, before the writer and the pipeline run.
-        result["call_overhead"] = call_overhead(args.bootstrap, f"{args.tag}-overhead",
-                                                calls=args.overhead_calls, say=_say)
+        result["call_overhead"] = call_overhead(
+            args.bootstrap, f"{args.tag}-overhead", calls=args.overhead_calls, say=_say,
+            levels=tuple(int(c) for c in args.overhead_concurrency.split(",") if c))
         _say("generating captures")
         messages = make_messages(args.captures, args.streams, args.response_bytes)
         result["sealing"], writer = seal(args, settings, messages, scratch)

@@ -16,11 +16,13 @@ pytestmark = pytest.mark.integration
 def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url, tmp_path):
     import psycopg
 
+    from bench.call_overhead import MODES
     from bench.run import main
 
     rc = main(["--quick", "--captures", "320", "--rates", "50", "--latency-seconds", "1",
                "--concurrency", "1,2", "--verify-seconds", "0.3", "--es-batch", "100",
                "--replay-calls", "20", "--replay-rounds", "2",
+               "--overhead-calls", "4", "--overhead-concurrency", "1,2",
                "--bootstrap", kafka_bootstrap, "--database-url", database_url,
                "--out", str(tmp_path), "--stem", "t"])
     assert rc == 0
@@ -89,6 +91,19 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert {"sealing / plain producer", "sealing / eventsourcing", "rebuild / binary COPY",
             "verify / bare route (peak req/s)"} <= names
 
+    # Section 8: each durability mode, sync and async, plain and streamed, at each level,
+    # captured beside bare; every call captured and delivered.
+    overhead = result["call_overhead"]
+    assert [m["name"] for m in overhead["modes"]] == [m for m, _ in MODES]
+    for mode in overhead["modes"]:
+        assert [(r["sync"], r["stream"], r["concurrency"]) for r in mode["rows"]] == [
+            (api, stream, c) for api in ("sync", "async") for stream in (False, True)
+            for c in (1, 2)]
+        assert all(r["last"]["captured"]["n"] == r["last"]["bare"]["n"] > 0
+                   and ("first" in r) == r["stream"] for r in mode["rows"])
+        counts = mode["recorder"]
+        assert counts["captured"] == counts["delivered"] > 0 and counts["failed"] == 0
+    assert "What capture adds to a call" in (tmp_path / "t.md").read_text()
     prefix = result["config"]["prefix"]
     with psycopg.connect(database_url, autocommit=True) as conn:
         left = conn.execute("select nspname from pg_namespace where nspname like %s",
