@@ -441,8 +441,8 @@ class _Rebuild:
 def _scan_both(cfg: ProjectorConfig, live: str, gen: str, early: Mapping[int, int],
                bodies: bool) -> tuple[Summaries, Summaries]:
     """Both generations' rows below ``early`` summarised from their tables, side by side:
-    when the load's own summary cannot stand for the rebuilt one's (a stream whose seqs do
-    not rise along the log, or a live generation behind where the load stopped)."""
+    when the load's own summary cannot stand for the rebuilt one's (a stream whose seq goes
+    back along the log, or a live generation behind where the load stopped)."""
     live_side = OnThread(lambda: summarise_apart(cfg, live, early, bodies, SUMMARY_PARTS),
                          f"summarise-{live}")
     try:

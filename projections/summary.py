@@ -13,8 +13,8 @@ still read from its tables.
 
 The SQL aggregates each stream's rows in ``(seq, partition, offset)`` order; a load hands
 them in ``(partition, offset)`` order, which is the same for every stream whose seqs rise
-along the log. A stream whose rows come otherwise (a rogue record: a seq repeated or going
-back) cannot be folded incrementally; the summary then says it is not ``usable`` and the
+along the log. A stream whose rows come otherwise (a rogue record: a seq lower than one
+before it in the log) cannot be folded incrementally; the summary then says it is not ``usable`` and the
 rebuild scans the table as before. Equal inputs give the SQL's bytes exactly: a unit test
 and every rebuild's comparison (a difference would stop its swap) check it.
 """
