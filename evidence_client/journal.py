@@ -171,13 +171,19 @@ class Journal:
         if first or self._pending:
             self._wake()
 
-    def commit(self) -> int:
-        """Write everything pending, waiting for a commit under way first (the sender's
-        way); returns how many captures were taken."""
+    def commit(self, timeout: float = 1.0) -> int:
+        """Write everything pending, waiting up to ``timeout`` s for a commit under way
+        first (the sender's way); returns how many captures were taken. A commit that holds
+        the lock longer (a call's thread stopped in a signal handler that closes the
+        Recorder) is left to finish them: the sender does not wait for it forever."""
         n = 0
         while self._pending:
-            with self.lock:
+            if not self.lock.acquire(timeout=timeout):
+                break
+            try:
                 n += self._write_batch()
+            finally:
+                self.lock.release()
         return n
 
     def _take(self) -> list[Pending]:

@@ -201,13 +201,16 @@ class Tracker:
         if not done or (soon and done < RESEND_BATCH):
             return
         self._last_ack = now
+        if not self._lock.acquire(timeout=1.0):
+            return  # a write holds the spool that long: acknowledged at a later step
         try:
-            with self._lock:
-                self.spool.ack(done)
+            self.spool.ack(done)
         except SpoolError as e:
             # The disk refuses (full?): the entries stay, delivered; acknowledged later.
             log.warning("cannot record %d deliveries in the spool yet: %s", done, e)
             return
+        finally:
+            self._lock.release()
         for _ in range(done):
             self.entries.popleft()
         self._count_pending()

@@ -609,3 +609,13 @@ def test_with_a_delivery_outstanding_the_sender_never_waits_in_the_producers_pol
         s.sender.step(60.0)  # woken at once: the capture waits for it
     assert s.appends == [1, 1, 1, 1] and s.sender.tracker.inflight == 4
     assert s.polls and set(s.polls) == {0}, s.polls
+
+
+def test_the_sender_does_not_wait_forever_for_a_write_that_holds_the_spool(tmp_path):
+    s = _Sender(tmp_path)
+    j = s.sender.journal
+    (d,) = s.submit()
+    with j.lock:  # e.g. a call's thread stopped in a signal handler that closes the Recorder
+        assert s.sender.take_new() == 0 and not d.ready  # gave up after its bounded wait
+        s.sender.tracker.ack(force=True)  # nor does an acknowledgement
+    assert s.sender.take_new() == 1 and d.ready and s.appends == [1]
