@@ -18,7 +18,7 @@ Files in one spool directory:
 
     LOCK                   flock'd while a Recorder has the spool open (one owner at a time)
     HEAD                   "<generation> <offset>\\n": first byte not yet acknowledged
-    spool-<gen>.log        frames, appended and fsync'd before ``append`` returns
+    spool-<gen>.log        frames, appended and fdatasync'd before ``append`` returns
     spool-<gen>.torn-<off> a torn or corrupt tail found at open, kept for inspection
 
 A frame is ``be32 length | be32 crc32(payload) | payload`` and the payload is
@@ -75,6 +75,9 @@ def _frame(key: bytes, value: bytes) -> bytes:
     if len(payload) > MAX_FRAME:
         raise SpoolError(f"a {len(payload)}-byte capture is larger than the spool's {MAX_FRAME}")
     return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def fsync_dir(path: Path) -> None:
@@ -242,7 +245,9 @@ class Spool:
             written = 0
             while written < len(data):
                 written += os.write(self._fd, data[written:])
-            os.fsync(self._fd)
+            # fdatasync, as a database's log does: the data and the file's new size (what
+            # reading it back needs), without the timestamps a full fsync also writes.
+            _datasync(self._fd)
         except OSError as e:
             # A partial frame may be on disk; the next open quarantines it.
             raise SpoolError(f"cannot append to spool {self.directory}: {e}") from e
