@@ -98,6 +98,8 @@ class ChangeWatch:
         self.max_keys = max_keys
         self.last: dict[tuple[str, str], dict[str, tuple[str, tuple[str, int, int]]]] = {}
         self.dropped = 0
+        # Per watched key, the (fingerprint, served model) of the last observation seen.
+        self._same: dict[tuple[str, str], tuple[str | None, str | None]] = {}
 
     def see(self, obs: Observation) -> list[Change]:
         last = self.last.get(obs.key)
@@ -117,7 +119,35 @@ class ChangeWatch:
                 changes.append(Change(obs.provider, obs.model, kind, seen[0], value, seen[1],
                                       here))
             last[kind] = (value, here)
+        self._same[obs.key] = (obs.fingerprint, obs.served_model)
         return changes
 
     def see_all(self, observations: Iterable[Observation]) -> list[Change]:
         return [c for obs in observations for c in self.see(obs)]
+
+    def see_rows(self, rows: Iterable[tuple[Any, ...]]) -> list[Change]:
+        """:meth:`see_all` of the rows' observations (``records`` rows, in order), with the
+        same changes and the same state after; the projector's per-batch call.
+
+        A row whose values are those of the last row seen for its provider and model changes
+        nothing and only moves where the values were last seen; of a run of such rows only
+        the last one is looked at (each run is settled before a row with other values, and
+        at the end), so most rows cost a tuple compare rather than an observation."""
+        changes: list[Change] = []
+        same = self._same
+        pending: dict[tuple[str, str], tuple[Any, ...]] = {}
+        provider_i, model_i, served_i, fp_i = _ROW[3:]
+        for row in rows:
+            served = row[served_i] or None
+            key = (row[provider_i] or "(none)", model_of(row[model_i], served))
+            values = (row[fp_i] or None, served)
+            if same.get(key) == values:
+                pending[key] = row
+                continue
+            held = pending.pop(key, None)
+            if held is not None:
+                changes += self.see(observation_of_row(held))
+            changes += self.see(observation_of_row(row))  # sets same[key] when watched
+        for held in pending.values():
+            changes += self.see(observation_of_row(held))
+        return changes

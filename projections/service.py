@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Mapping
 from server.logs import event_logger
 
 from .config import ProjectorConfig
-from .drift import ChangeWatch, observation_of_row
+from .drift import ChangeWatch
 from .erasures import decode_receipt
 from .errors import GenerationChanged, LogError, PositionsMoved, ProjectionError, StoreError
 from .fastrows import IMPLEMENTATION as ROW_PATH
@@ -197,7 +197,7 @@ class GenerationWriter:
 
     def _watch_models(self, rows: list) -> None:
         dropped = self.models.dropped
-        for change in self.models.see_all(observation_of_row(r) for r in rows):
+        for change in self.models.see_rows(rows):
             self.metrics.model_changed(change)
             log("warning", "model_changed", generation=self.generation, kind=change.kind,
                 provider=change.provider, model=change.model, old=change.old, new=change.new,
