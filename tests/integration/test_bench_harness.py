@@ -1,8 +1,9 @@
 """`make bench QUICK=1`'s code path on a tiny N, so the harness does not rot.
 
 Every measurement runs (sealing with both baselines, latency through the Recorder, rebuild
-vs COPY, verify vs bare, verified vs unverified replay, RSS) and the three results files are
-written. No timing is
+vs COPY, verify vs bare, verified vs unverified replay, RSS, scale-out and its takeover) and the
+three results files are written; three brokers beside one (section 9, which starts a cluster
+of its own) is ``test_bench_cluster``. No timing is
 asserted: this machine is shared, and the numbers mean nothing at this size.
 """
 
@@ -21,7 +22,7 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
 
     rc = main(["--quick", "--captures", "320", "--rates", "50", "--latency-seconds", "1",
                "--concurrency", "1,2", "--verify-seconds", "0.3", "--es-batch", "100",
-               "--replay-calls", "20", "--replay-rounds", "2",
+               "--replay-calls", "20", "--replay-rounds", "2", "--no-cluster",
                "--overhead-calls", "4", "--overhead-concurrency", "1,2",
                "--bootstrap", kafka_bootstrap, "--database-url", database_url,
                "--out", str(tmp_path), "--stem", "t"])
@@ -83,6 +84,12 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert result["steal_pct"] is not None and result["rebuild"]["steal_pct"]["rebuild"] is not None
     assert set(result["rebuild"]["steal_pct"]) == {"rebuild", "copy", "copy_again"}
     assert "CPU steal over the run" in (tmp_path / "t.md").read_text()
+    # The takeover after a writer's kill -9 lost and duplicated nothing.
+    took = result["scale_out"]["takeover"]
+    assert took["lost"] == took["duplicated"] == 0 and took["takeover_s"] > 0, took
+    assert took["dead_partitions"] and took["restore_s"] is not None
+    assert "takeover after kill -9" in (tmp_path / "t.md").read_text().lower()
+    assert "cluster" not in result, "--no-cluster: section 9 has a test of its own"
     # And how fast the machine was at the start and at the end.
     assert set(result["speed"]) == {"start", "end"}
     assert all(v["python_loop_ms"] > 0 for v in result["speed"].values())
