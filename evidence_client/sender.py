@@ -68,6 +68,7 @@ class Sender:
         self.orphans: Orphans | None = None
         self.thread: threading.Thread | None = None
         self._work = threading.Event()  # set: the journal has something for this thread
+        self._waiting = False  # this thread waits on _work: only then is it worth a set()
         self._topic = settings.topic
         self._stopping = threading.Event()
         self._close_timeout = settings.close_timeout
@@ -93,7 +94,7 @@ class Sender:
         s = self.settings
         self.journal = Journal(spool, self.encoder, self.metrics, max_pending=s.max_pending,
                                max_block_ms=s.max_block_ms, group_commit_ms=s.group_commit_ms,
-                               wake=self._work.set)
+                               wake=self._wake)
         self.tracker = Tracker(spool, self.metrics, self.backoff, self.journal.lock)
         self.orphans = Orphans(self.settings.spool_dir, spool.directory,
                                self.settings.orphan_scan_s, self.metrics, self.backoff)
@@ -115,6 +116,13 @@ class Sender:
         if lead:
             self.journal.lead(durable)
         else:
+            self._wake()
+
+    def _wake(self) -> None:
+        # A sender that is not waiting finds the capture at its next step (it looks before
+        # it waits): setting the event then would only make that step's wait return for
+        # nothing, one empty step a capture under load.
+        if self._waiting:
             self._work.set()
 
     def stop(self, timeout: float) -> None:
@@ -173,9 +181,14 @@ class Sender:
         returns how many captures were tracked."""
         assert self.journal is not None and self.tracker is not None
         j = self.journal
-        if wait > 0 and not len(j) and not j.written:
-            self._work.wait(wait)
-        self._work.clear()
+        if wait > 0:
+            self._waiting = True  # before the look: a put after it sees the flag and wakes
+            try:
+                if not len(j) and not j.written:
+                    self._work.wait(wait)
+            finally:
+                self._waiting = False
+            self._work.clear()
         j.commit()
         n = 0
         for entries, spooled in j.take_written():
