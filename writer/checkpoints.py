@@ -185,6 +185,10 @@ class Trees:
         for stream, t in trees.items():
             self._note_growth((partition, stream), t)
 
+    def of(self, partition: int) -> dict[str, StreamTree]:
+        """The committed trees of an owned partition (to :meth:`assign` again later)."""
+        return dict(self._parts.get(partition, {}))
+
     def revoke(self, partition: int) -> None:
         self._parts.pop(partition, None)
         self._requests = {r for r in self._requests if r[0] != partition}

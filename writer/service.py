@@ -135,7 +135,7 @@ class WriterService:
         self._backoff = BACKOFF_MIN_S
         self._fencings: list[float] = []
         self._member_ids: set[str] = set()  # every group member id our consumers have had
-        self._kept: dict[int, int] = {}  # revoked, state kept: partition -> committed offset
+        self._kept: dict[int, tuple[int, dict]] = {}  # revoked and kept: (offset, trees)
 
     # -- life cycle ---------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -447,25 +447,25 @@ class WriterService:
                 self._member_ids.add(member_id)
 
     def _keep(self, committed: list[TopicPartition]) -> set[int]:
-        """The partitions assigned again whose kept state still holds: their committed offset
-        is the one at the revoke, so no transaction sealed or receipted on them since (each
-        commits its intake offsets) and a restore would read back what is held. The other
-        kept ones are let go."""
+        """The kept partitions assigned again at the committed offset of their revoke (no
+        transaction sealed or receipted on them since: each commits its intake offsets, so
+        a restore would read back what is held); the others are let go."""
         kept, self._kept = self._kept, {}
         now = {tp.partition: tp.offset for tp in committed}
-        held = {p for p, offset in kept.items()
+        held = {p for p, (offset, _trees) in kept.items()
                 if now.get(p) == offset and self.sealer.owns(p)}
         for p in self.sealer.owned():
             if p not in held:
                 self.sealer.revoke(p)
+        for p in held:
+            self.sealer.trees.assign(p, kept[p][1])
         return held
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Eager rebalancing revokes every partition. Callbacks run inside consume(), between
-        transactions, so the sealer's state of each is the last committed transaction's: it
-        is kept with the committed offset, for :meth:`_keep`, so that a rebalance restores
-        only the partitions that move. Messages of these partitions an earlier consume call
-        of the batch returned are dropped (kafka_io.consume_batch)."""
+        transactions: each partition's state is the last commit's, kept with its offset for
+        :meth:`_keep`. Its trees are put aside (an idle writer signs what is due of the trees
+        it holds). Messages an earlier consume call of the batch returned are dropped."""
         self._rebalances += 1
         self._kept = {}
         owned = [tp for tp in partitions if self.sealer.owns(tp.partition)]
@@ -473,12 +473,14 @@ class WriterService:
             if owned:
                 with kafka_errors("committed offsets at revoke"):
                     offsets = consumer.committed(owned, timeout=KEEP_ASK_S)
-                self._kept = {tp.partition: tp.offset for tp in offsets
-                              if tp.error is None and tp.offset >= 0}
+                self._kept = {tp.partition: (tp.offset, self.sealer.trees.of(tp.partition))
+                              for tp in offsets if tp.error is None and tp.offset >= 0}
         except WriterError as e:  # restored if assigned again
             log("info", "revoke_offsets_unknown", error=str(e))
         for tp in partitions:
-            if tp.partition not in self._kept:
+            if tp.partition in self._kept:
+                self.sealer.trees.revoke(tp.partition)
+            else:
                 self.sealer.revoke(tp.partition)
         log("info", "revoked", partitions=[tp.partition for tp in partitions],
             kept=sorted(self._kept))

@@ -46,6 +46,21 @@ def test_a_partition_given_back_unchanged_is_kept_not_restored(caplog):
     assert f.intake_offset() == 5
 
 
+def test_a_kept_partition_has_no_trees_until_it_is_assigned_again():
+    """Between the revoke and the assign an idle writer signs what is due of the trees it
+    holds; a partition it may have lost must not be among them."""
+    f = Fakes().start()
+    f.captures(3)
+    f.step()
+    trees = f.service.sealer.trees
+    before = trees.of(0)
+    assert before and trees.tree(0, next(iter(before))).range.size == 3
+    f.intake_consumer.rebalance(revoke=[0, 1])
+    assert f.service.sealer.owned() == [0] and trees.of(0) == {}
+    _assign(f, [0, 1])
+    assert trees.of(0) == before
+
+
 def test_a_partition_another_writer_sealed_on_meanwhile_is_restored(caplog):
     f = Fakes().start()
     ids = f.captures(3)
