@@ -99,6 +99,7 @@ transaction.state.log.num.partitions=6
 share.coordinator.state.topic.replication.factor={rf}
 share.coordinator.state.topic.min.isr={isr}
 group.initial.rebalance.delay.ms=0
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 message.max.bytes={66 * 1024 * 1024}
 replica.fetch.max.bytes={66 * 1024 * 1024}
 log.flush.interval.messages=9223372036854775807
