@@ -34,6 +34,7 @@ def test_a_partition_given_back_unchanged_is_kept_not_restored(caplog):
     ids = f.captures(3)
     f.step()
     caplog.set_level(logging.INFO, logger="evidence.writer")
+    caplog.clear()  # what start() logged, when an earlier test left the logger at INFO
     f.intake_consumer.rebalance(revoke=[0, 1], assign=[0, 1])
     [revoked] = events(caplog, "revoked")
     assert revoked["kept"] == [0], "partition 1 has no committed offset: nothing to keep"
@@ -75,6 +76,7 @@ def test_a_partition_another_writer_sealed_on_meanwhile_is_restored(caplog):
     assert other._loop.step() == 0 and f.intake_offset() == 5
     other.close()
     caplog.set_level(logging.INFO, logger="evidence.writer")
+    caplog.clear()  # what start() logged, when an earlier test left the logger at INFO
     _assign(f, [0, 1])
     [assigned] = events(caplog, "assigned")
     assert assigned["kept"] == [] and assigned["partitions"] == [0, 1]
@@ -97,6 +99,7 @@ def test_lost_partitions_are_never_kept(caplog):
     f.captures(3)
     f.step()
     caplog.set_level(logging.INFO, logger="evidence.writer")
+    caplog.clear()  # what start() logged, when an earlier test left the logger at INFO
     f.service._on_lost(f.intake_consumer, [TopicPartition(NAMES.intake, p) for p in (0, 1)])
     assert f.service.sealer.owned() == []
     [revoked] = events(caplog, "revoked")
@@ -123,6 +126,7 @@ class _Unstable:
 def test_stable_offsets_are_asked_again_until_they_come(caplog):
     c = _Unstable(times=3)
     caplog.set_level(logging.INFO, logger="evidence.writer")
+    caplog.clear()  # what start() logged, when an earlier test left the logger at INFO
     got = kafka_io.stable_committed(c, [TopicPartition("t", 0)], wait_s=30.0)
     assert [tp.offset for tp in got] == [7]
     assert len(c.asked) == 4 and all(t <= kafka_io.STABLE_ASK_S for t in c.asked)
