@@ -18,8 +18,9 @@ that cannot work is a ``SettingsError`` naming its variable. Why the batching de
   The writer's share of capture-to-queryable latency is then about the linger plus one
   commit, ~30–40 ms, while at 1k captures/s a batch still carries ~20 captures, so the
   broker sees tens of transactions a second, not thousands.
-- ``transaction_interval_ms=100``: under steady load a transaction starts at most this often
-  (its batch lingers until this long after the previous one began), so the writer commits
+- ``transaction_interval_ms`` (default 0, off): under steady load a transaction starts at
+  most this often (its batch lingers until this long after the previous one began), so the
+  writer commits
   about ten transactions a second at any rate, not one per linger. Each transaction costs
   the broker, the writer, the projector and PostgreSQL a fixed amount whatever it holds (the
   offsets commit, EndTxn, a marker on every partition it touched; one projector batch: a
@@ -28,7 +29,9 @@ that cannot work is a ``SettingsError`` naming its variable. Why the batching de
   "CPU per capture"). A capture waits at most this plus one commit in the writer; a capture
   that comes alone after a quiet spell (no transaction within the interval) waits only the
   linger. A full batch (``batch_max_messages``) never waits. 0: each batch starts as soon as
-  its linger ends.
+  its linger ends. Off by default: on a quiet machine, 100 ms lowered neither the CPU a
+  capture at 1k/s nor at 5k/s and raised p99 at 5k/s from ~1 s to 3-7 s (two alternating
+  pairs of quick bench runs, docs/performance.md "CPU per capture").
 
 Why the takeover settings are what they are (a writer killed -9 beside a live one in its group;
 docs/sizing.md, "Scale-out"). The survivor has sealed the dead writer's partitions' next
@@ -102,7 +105,7 @@ class WriterConfig:
     writer_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     batch_max_messages: int = 5000
     batch_linger_ms: int = 20
-    transaction_interval_ms: int = 100
+    transaction_interval_ms: int = 0  # off: measured, pacing raised p99 at 5k/s (performance.md)
     """Under load, the shortest time between the starts of two transactions (module
     docstring); 0 paces nothing."""
     dedup_window_s: int = 7 * DAY_S

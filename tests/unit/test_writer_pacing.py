@@ -86,4 +86,4 @@ def test_an_interval_that_cannot_work_is_refused_naming_its_variable(value):
 def test_the_interval_is_read_from_its_variable():
     cfg = WriterConfig.from_env({"EVIDENCE_WRITER_TRANSACTION_INTERVAL_MS": "0"})
     assert cfg.transaction_interval_ms == 0
-    assert WriterConfig.from_env({}).transaction_interval_ms == 100
+    assert WriterConfig.from_env({}).transaction_interval_ms == 0  # off unless asked
