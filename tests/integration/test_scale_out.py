@@ -99,12 +99,7 @@ def test_the_survivor_of_two_writers_takes_over_a_killed_ones_partitions(
                lambda: w2.assert_alive() or owned(w2, "assigned") == everything,
                timeout=240, interval=0.2)
     wait_for_count(kafka_bootstrap, settings.names.log, len(sent), 240, w2.assert_alive)
-    log = read_all(kafka_bootstrap, settings.names.log)
-    by_stream = verify_log(log)  # per stream: seq 1..n, each record chained to the last
-    sealed = [r["body"]["event_id"] for recs in by_stream.values() for r in recs]
-    assert len(sealed) == len(set(sealed)), "a capture was sealed twice"
-    assert sorted(sealed) == sorted(sent), "a capture was lost or invented"
-    assert read_all(kafka_bootstrap, settings.names.rejected) == []
+    by_stream = _sealed_once(kafka_bootstrap, settings, sent)
     by_survivor = {partition_for(s, PARTITIONS) for s, recs in by_stream.items()
                    if recs[-1]["seal"]["writer"]["transactional_id"] == f"{tx}-2"}
     assert dead_parts <= by_survivor, (dead_parts, by_survivor)
@@ -144,13 +139,9 @@ def test_writers_and_projectors_killed_and_added_under_load_lose_and_duplicate_n
             p.assert_alive()
         return True
 
-    log = wait_for_count(kafka_bootstrap, settings.names.log, len(sent), 300, all_sealed)
+    wait_for_count(kafka_bootstrap, settings.names.log, len(sent), 300, all_sealed)
+    by_stream = _sealed_once(kafka_bootstrap, settings, sent)
     log = read_all(kafka_bootstrap, settings.names.log)
-    by_stream = verify_log(log)  # per stream: seq 1..n, each record chained to the last
-    sealed = [r["body"]["event_id"] for recs in by_stream.values() for r in recs]
-    assert len(sealed) == len(set(sealed)), "a capture was sealed twice"
-    assert sorted(sealed) == sorted(sent), "a capture was lost or invented"
-    assert read_all(kafka_bootstrap, settings.names.rejected) == []
 
     # The projection is the log: every record once, every stream's head the log's last.
     want_heads = {s: (len(recs), recs[-1]["seal"]["record_digest"])
@@ -250,3 +241,14 @@ def test_one_event_id_in_two_projectors_batches_at_once_is_flagged_exactly_once(
         records = conn.execute(f'select count(*) from "{cfg.views_schema}".records').fetchone()[0]
     assert records == 2
     assert len(found) == 1, found
+
+
+def _sealed_once(bootstrap, settings, sent):
+    """The log's records by stream, after checking each stream gapless and chained, every
+    capture sent sealed exactly once, and nothing rejected."""
+    by_stream = verify_log(read_all(bootstrap, settings.names.log))
+    sealed = [r["body"]["event_id"] for recs in by_stream.values() for r in recs]
+    assert len(sealed) == len(set(sealed)), "a capture was sealed twice"
+    assert sorted(sealed) == sorted(sent), "a capture was lost or invented"
+    assert read_all(bootstrap, settings.names.rejected) == []
+    return by_stream
