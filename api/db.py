@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
+import psycopg
 from psycopg.types.numeric import Int8
 
 from evidence_contract.merkle import consistency_nodes, inclusion_nodes
@@ -161,11 +162,11 @@ class Database:
                           partition: int, offset: int) -> None:
         """A finding in the live generation (through its view), unless the same kind is
         already recorded for that record."""
-        with translate("finding"):
-            async with self._pool.connection() as conn:
-                await conn.execute(self._q["add_finding"], (
-                    stream, Int8(seq), kind, detail, partition, Int8(offset),
-                    stream, Int8(seq), kind))
+        async def work(conn: psycopg.AsyncConnection) -> None:
+            await conn.execute(self._q["add_finding"], (
+                stream, Int8(seq), kind, detail, partition, Int8(offset),
+                stream, Int8(seq), kind))
+        await self._pool.run("finding", work)
 
     # -- streams -------------------------------------------------------------------------
 
@@ -183,14 +184,14 @@ class Database:
     async def stream(self, stream: str, findings_limit: int
                      ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]], int]:
         """The head of ``stream``, its first findings, and how many findings it has."""
-        with translate("stream"):
-            async with self._pool.connection() as conn:
-                head = await (await conn.execute(self._q["head"], (stream,))).fetchone()
-                findings = await (await conn.execute(
-                    self._q["findings"], (stream, findings_limit))).fetchall()
-                count = (await (await conn.execute(
-                    self._q["findings_count"], (stream,))).fetchone())[0]
-        return head, findings, count
+        async def work(conn: psycopg.AsyncConnection) -> Any:
+            head = await (await conn.execute(self._q["head"], (stream,))).fetchone()
+            findings = await (await conn.execute(
+                self._q["findings"], (stream, findings_limit))).fetchall()
+            count = (await (await conn.execute(
+                self._q["findings_count"], (stream,))).fetchone())[0]
+            return head, findings, count
+        return await self._pool.run("stream", work)
 
     # -- audit ---------------------------------------------------------------------------
 
@@ -237,12 +238,12 @@ class Database:
 
     async def findings(self, stream: str, limit: int) -> tuple[list[tuple[Any, ...]], int]:
         """The projector's first ``limit`` findings for ``stream`` and how many there are."""
-        with translate("findings"):
-            async with self._pool.connection() as conn:
-                rows = await (await conn.execute(self._q["findings"], (stream, limit))).fetchall()
-                count = (await (await conn.execute(
-                    self._q["findings_count"], (stream,))).fetchone())[0]
-        return rows, count
+        async def work(conn: psycopg.AsyncConnection) -> Any:
+            rows = await (await conn.execute(self._q["findings"], (stream, limit))).fetchall()
+            count = (await (await conn.execute(
+                self._q["findings_count"], (stream,))).fetchone())[0]
+            return rows, count
+        return await self._pool.run("findings", work)
 
     # -- the verifiable log -------------------------------------------------------------
 
@@ -250,18 +251,18 @@ class Database:
                          ) -> tuple[tuple[int, bytes, bytes] | None, list[str]]:
         """(tree_size, root, note) of the latest checkpoint of ``stream`` (or the one of
         ``tree_size``), and the cosignature lines held for it."""
-        with translate("checkpoint"):
-            async with self._pool.connection() as conn:
-                if tree_size is None:
-                    cur = await conn.execute(self._q["checkpoint_latest"], (stream,))
-                else:
-                    cur = await conn.execute(self._q["checkpoint_at"], (stream, Int8(tree_size)))
-                row = await cur.fetchone()
-                if row is None:
-                    return None, []
-                lines = await (await conn.execute(
-                    self._q["cosignatures"], (stream, Int8(row[0]), max_cosignatures))).fetchall()
-        return (int(row[0]), bytes(row[1]), bytes(row[2])), [r[0] for r in lines]
+        async def work(conn: psycopg.AsyncConnection) -> Any:
+            if tree_size is None:
+                cur = await conn.execute(self._q["checkpoint_latest"], (stream,))
+            else:
+                cur = await conn.execute(self._q["checkpoint_at"], (stream, Int8(tree_size)))
+            row = await cur.fetchone()
+            if row is None:
+                return None, []
+            lines = await (await conn.execute(
+                self._q["cosignatures"], (stream, Int8(row[0]), max_cosignatures))).fetchall()
+            return (int(row[0]), bytes(row[1]), bytes(row[2])), [r[0] for r in lines]
+        return await self._pool.run("checkpoint", work)
 
     async def bundle_proofs(self, stream: str, seq: int, known_size: int | None,
                             max_cosignatures: int) -> tuple[Any, list[str], Any]:
@@ -271,24 +272,24 @@ class Database:
         consistency proof from ``known_size``)``. The nodes are None when the projected tree
         is smaller than the checkpoint (catching up) and {} when no checkpoint covers
         ``seq``."""
-        with translate("bundle"):
-            async with self._pool.connection() as conn:
-                row = await (await conn.execute(
-                    self._q["bundle_head"], (max_cosignatures, stream))).fetchone()
-                if row is None:
-                    return None, [], {}
-                size = int(row[0])
-                cp, lines = (size, bytes(row[1]), bytes(row[2])), list(row[4] or [])
-                if seq > size:
-                    return cp, lines, {}
-                if row[3] is None or int(row[3]) < size:
-                    return cp, lines, None
-                wanted = inclusion_nodes(seq - 1, size)
-                if known_size is not None and known_size < size:
-                    wanted = list(dict.fromkeys([*wanted, *consistency_nodes(known_size, size)]))
-                found = await (await conn.execute(self._q["nodes"], (
-                    [lv for lv, _ in wanted], [i for _, i in wanted], stream))).fetchall()
-        return cp, lines, {(int(lv), int(i)): bytes(h) for lv, i, h in found}
+        async def work(conn: psycopg.AsyncConnection) -> Any:
+            row = await (await conn.execute(
+                self._q["bundle_head"], (max_cosignatures, stream))).fetchone()
+            if row is None:
+                return None, [], {}
+            size = int(row[0])
+            cp, lines = (size, bytes(row[1]), bytes(row[2])), list(row[4] or [])
+            if seq > size:
+                return cp, lines, {}
+            if row[3] is None or int(row[3]) < size:
+                return cp, lines, None
+            wanted = inclusion_nodes(seq - 1, size)
+            if known_size is not None and known_size < size:
+                wanted = list(dict.fromkeys([*wanted, *consistency_nodes(known_size, size)]))
+            found = await (await conn.execute(self._q["nodes"], (
+                [lv for lv, _ in wanted], [i for _, i in wanted], stream))).fetchall()
+            return cp, lines, {(int(lv), int(i)): bytes(h) for lv, i, h in found}
+        return await self._pool.run("bundle", work)
 
     async def tree(self, stream: str) -> tuple[int, bytes] | None:
         """The projected tree of ``stream``: (size, root); None before its first record."""
@@ -353,17 +354,17 @@ class Database:
         def row(r: Any) -> Any:
             return None if r is None else (int(r[0]), bytes(r[1]), bytes(r[2]), list(r[3] or []))
 
-        with translate("log cover"):
-            async with self._pool.connection() as conn:
-                latest = row(await (await conn.execute(
-                    self._q["log_checkpoint"], (max_cosignatures,))).fetchone())
-                if latest is None:
-                    return None, None, []
-                cosigned = row(await (await conn.execute(
-                    self._q["log_checkpoint_cosigned"], (max_cosignatures,))).fetchone())
-                found = await (await conn.execute(self._q["log_covering"], (
-                    stream, Int8(seq), Int8(latest[0]), candidates))).fetchall()
-        return cosigned, latest, [(int(i), int(n), bytes(e)) for i, n, e in found]
+        async def work(conn: psycopg.AsyncConnection) -> Any:
+            latest = row(await (await conn.execute(
+                self._q["log_checkpoint"], (max_cosignatures,))).fetchone())
+            if latest is None:
+                return None, None, []
+            cosigned = row(await (await conn.execute(
+                self._q["log_checkpoint_cosigned"], (max_cosignatures,))).fetchone())
+            found = await (await conn.execute(self._q["log_covering"], (
+                stream, Int8(seq), Int8(latest[0]), candidates))).fetchall()
+            return cosigned, latest, [(int(i), int(n), bytes(e)) for i, n, e in found]
+        return await self._pool.run("log cover", work)
 
     async def log_path_nodes(self, log_wanted: list[tuple[int, int]], stream: str,
                              stream_wanted: list[tuple[int, int]]
@@ -373,14 +374,14 @@ class Database:
         def nodes(rows: list[Any]) -> dict[tuple[int, int], bytes]:
             return {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
 
-        with translate("log path nodes"):
-            async with self._pool.connection() as conn:
-                log = nodes(await (await conn.execute(self._q["log_nodes"], (
-                    [lv for lv, _ in log_wanted], [i for _, i in log_wanted]))).fetchall())
-                own = {} if not stream_wanted else nodes(await (await conn.execute(
-                    self._q["nodes"], ([lv for lv, _ in stream_wanted],
-                                       [i for _, i in stream_wanted], stream))).fetchall())
-        return log, own
+        async def work(conn: psycopg.AsyncConnection) -> Any:
+            log = nodes(await (await conn.execute(self._q["log_nodes"], (
+                [lv for lv, _ in log_wanted], [i for _, i in log_wanted]))).fetchall())
+            own = {} if not stream_wanted else nodes(await (await conn.execute(
+                self._q["nodes"], ([lv for lv, _ in stream_wanted],
+                                   [i for _, i in stream_wanted], stream))).fetchall())
+            return log, own
+        return await self._pool.run("log path nodes", work)
 
     # -- health --------------------------------------------------------------------------
 

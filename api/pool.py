@@ -7,7 +7,9 @@ path is a single round trip.
 
 The pool checks a connection as it hands it out (:func:`check_connection`): after a
 PostgreSQL restart or a terminated backend, the pooled connections are dead, and without the
-check each would fail one request (503) before the pool replaced it.
+check each would fail one request (503) before the pool replaced it. The check cannot see a
+connection whose server is still closing it; a request that meets one runs once more on
+another connection (:meth:`Pool.run`).
 
 :func:`translate` is the one place where psycopg and pool errors become
 :class:`~api.errors.Unavailable` (503 with Retry-After).
@@ -16,7 +18,7 @@ check each would fail one request (503) before the pool replaced it.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -28,6 +30,8 @@ from .errors import Unavailable
 __all__ = ["APPLICATION_NAME", "Pool", "check_connection", "translate"]
 
 log = event_logger("evidence.api")
+
+T = TypeVar("T")
 
 APPLICATION_NAME = "evidence-api"
 """The pool's connections' ``application_name`` in ``pg_stat_activity``."""
@@ -103,17 +107,39 @@ class Pool:
             raise Unavailable("the API is starting or stopping; retry shortly")
         return self._pool.connection(timeout=timeout)
 
+    async def run(self, what: str, work: Callable[[psycopg.AsyncConnection], Awaitable[T]],
+                  timeout: float | None = None) -> T:
+        """``await work(conn)`` on a pooled connection, database errors as 503s (``what``
+        names the work in the log line).
+
+        ``work`` must be safe to run twice (reads, and writes that are idempotent): when the
+        connection turns out to be dead on its first statement, ``work`` runs once more on
+        another. The check on checkout (:func:`check_connection`) finds most dead
+        connections, but not one whose server is still closing it as it is handed out: the
+        server's FATAL arrives a moment after the backend has left ``pg_stat_activity``, and
+        without the second try that request would be a 503 although PostgreSQL is up."""
+        with translate(what):
+            for attempt in (1, 2):
+                conn: psycopg.AsyncConnection | None = None
+                try:
+                    async with self.connection(timeout) as conn:
+                        return await work(conn)
+                except psycopg.OperationalError as e:
+                    if attempt == 2 or conn is None or not conn.broken:
+                        raise
+                    log("info", "db_connection_replaced", what=what, sqlstate=e.sqlstate,
+                        error=str(e))
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def one(self, what: str, sql: str, params: tuple[Any, ...],
                   timeout: float | None = None) -> tuple[Any, ...] | None:
         """The first row of ``sql``, or None; ``what`` names the query in a 503's log line."""
-        with translate(what):
-            async with self.connection(timeout) as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchone()
+        async def work(conn: psycopg.AsyncConnection) -> tuple[Any, ...] | None:
+            return await (await conn.execute(sql, params)).fetchone()
+        return await self.run(what, work, timeout)
 
     async def all(self, what: str, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """Every row of ``sql``."""
-        with translate(what):
-            async with self.connection() as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchall()
+        async def work(conn: psycopg.AsyncConnection) -> list[tuple[Any, ...]]:
+            return await (await conn.execute(sql, params)).fetchall()
+        return await self.run(what, work)

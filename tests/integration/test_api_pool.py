@@ -1,0 +1,75 @@
+"""The API's pool against a real PostgreSQL: a connection that dies under a request is replaced
+and the request answered, and an error that is not a dead connection is not run twice.
+
+The check on checkout is turned off here, so every dead connection reaches ``work``: this is
+the window the check cannot close (the server still closing the connection as it is handed
+out), made certain instead of left to timing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from api.errors import Unavailable
+from api.pool import Pool
+from tests.fixtures.log import wait_until
+
+
+def _pool(database_url: str) -> Pool:
+    pool = Pool(database_url, min_size=1, max_size=1, timeout=10.0, statement_timeout_ms=200)
+    pool._args["check"] = None  # let a dead connection through, as the race does
+    return pool
+
+
+def _terminate(database_url: str, pid: int) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("select pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+        wait_until("the terminated backend to exit", lambda: not conn.execute(
+            "select 1 from pg_stat_activity where pid = %s", (pid,)).fetchone())
+
+
+def test_a_request_on_a_connection_the_server_closed_runs_again_on_a_new_one(database_url):
+    async def scenario() -> tuple[int, int, int]:
+        pool = _pool(database_url)
+        await pool.open()
+        try:
+            first = (await pool.one("pid", "select pg_backend_pid()", ()))[0]
+            await asyncio.to_thread(_terminate, database_url, first)
+            calls = 0
+
+            async def work(conn: psycopg.AsyncConnection) -> int:
+                nonlocal calls
+                calls += 1
+                return (await (await conn.execute("select pg_backend_pid()")).fetchone())[0]
+            second = await pool.run("pid", work)
+            return first, second, calls
+        finally:
+            await pool.close()
+
+    first, second, calls = asyncio.run(scenario())
+    assert second != first
+    assert calls == 2
+
+
+def test_an_error_on_a_live_connection_is_a_503_and_runs_once(database_url):
+    async def scenario() -> tuple[int, str | None]:
+        pool = _pool(database_url)
+        await pool.open()
+        calls = 0
+
+        async def work(conn: psycopg.AsyncConnection) -> None:
+            nonlocal calls
+            calls += 1
+            await conn.execute("select pg_sleep(5)")  # past the 200 ms statement timeout
+        try:
+            with pytest.raises(Unavailable) as caught:
+                await pool.run("sleep", work)
+            assert (await pool.one("after", "select 1", ())) == (1,)  # the pool still serves
+            return calls, getattr(caught.value.__cause__, "sqlstate", None)
+        finally:
+            await pool.close()
+
+    calls, sqlstate = asyncio.run(scenario())
+    assert (calls, sqlstate) == (1, "57014")
