@@ -11,6 +11,7 @@ with the migration spelled out, because altering it in place would move streams.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
@@ -86,6 +87,24 @@ def check_topics(bootstrap: str, settings: TopicSettings, timeout: float = 30.0)
     _check(_admin(bootstrap), topic_specs(settings), timeout)
 
 
+def _describe_configs(admin: AdminClient, resources: list[ConfigResource], timeout: float
+                      ) -> dict[str, Any]:
+    """``{topic: configs}``. DescribeConfigs goes to any broker, and one whose metadata cache
+    has not caught up with a topic just created answers UNKNOWN_TOPIC_OR_PART (seen on a
+    cluster of three just started, after the listing had shown the topic): ask again until
+    ``timeout`` has passed, then let that error through."""
+    deadline = time.monotonic() + timeout
+    while True:
+        results = admin.describe_configs(resources, request_timeout=timeout)
+        try:
+            return {r.name: fut.result() for r, fut in results.items()}
+        except KafkaException as e:
+            if (e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                    or time.monotonic() > deadline):
+                raise
+            time.sleep(0.2)
+
+
 def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
     cluster = admin.list_topics(timeout=timeout)
     metadata, brokers = cluster.topics, len(cluster.brokers)
@@ -95,8 +114,7 @@ def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
     problems += [f"{s.name}: topic does not exist" for s in specs if s.name not in metadata]
     if present:
         resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in present]
-        results = admin.describe_configs(resources, request_timeout=timeout)
-        by_name = {r.name: fut.result() for r, fut in results.items()}
+        by_name = _describe_configs(admin, resources, timeout)
         for s in present:
             actual = {k: v.value for k, v in by_name[s.name].items()}
             problems += config_problems(s, counts[s.name], actual)

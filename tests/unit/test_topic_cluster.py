@@ -56,3 +56,47 @@ def test_topics_are_never_created_weaker_on_a_cluster():
     assert creation_configs({"cleanup.policy": "delete"}, 3) == {
         "cleanup.policy": "delete", "min.insync.replicas": "2"}
     assert creation_configs({"cleanup.policy": "delete"}, 1) == {"cleanup.policy": "delete"}
+
+
+class _FlakyDescribe:
+    """An AdminClient whose DescribeConfigs meets a broker that has not seen the topic yet
+    ``lagging`` times, then answers."""
+
+    def __init__(self, lagging: int, code: int) -> None:
+        self.lagging, self.code, self.calls = lagging, code, 0
+
+    def describe_configs(self, resources, request_timeout):
+        from concurrent.futures import Future
+
+        from confluent_kafka import KafkaError, KafkaException
+        self.calls += 1
+        out = {}
+        for r in resources:
+            fut: Future = Future()
+            if self.calls <= self.lagging:
+                fut.set_exception(KafkaException(KafkaError(self.code)))
+            else:
+                fut.set_result({"cleanup.policy": "delete"})
+            out[r] = fut
+        return out
+
+
+def test_describe_configs_asks_again_while_a_broker_has_not_seen_a_new_topic():
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from topics.admin import _describe_configs
+    admin = _FlakyDescribe(2, KafkaError.UNKNOWN_TOPIC_OR_PART)
+    got = _describe_configs(admin, [ConfigResource(ResourceType.TOPIC, "t")], timeout=30)
+    assert (got, admin.calls) == ({"t": {"cleanup.policy": "delete"}}, 3)
+
+
+def test_describe_configs_lets_any_other_error_through_at_once():
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from topics.admin import _describe_configs
+    admin = _FlakyDescribe(1, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        _describe_configs(admin, [ConfigResource(ResourceType.TOPIC, "t")], timeout=30)
+    assert admin.calls == 1
