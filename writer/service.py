@@ -465,12 +465,17 @@ class WriterService:
         """Eager rebalancing revokes every partition. Callbacks run inside consume(), between
         transactions: each partition's state is the last commit's, kept with its offset for
         :meth:`_keep`. Its trees are put aside (an idle writer signs what is due of the trees
-        it holds). Messages an earlier consume call of the batch returned are dropped."""
+        it holds). Messages an earlier consume call of the batch returned are dropped.
+
+        A revoke while the session lets go of this consumer (:meth:`_disconnect`, on a stop
+        or a heal) keeps nothing, as everything is dropped then: asking for the committed
+        offsets from inside ``close()`` never gets an answer, and a stop waited out the whole
+        ``KEEP_ASK_S`` for it."""
         self._rebalances += 1
         self._kept = {}
         owned = [tp for tp in partitions if self.sealer.owns(tp.partition)]
         try:
-            if owned:
+            if owned and consumer is self._consumer:
                 with kafka_errors("committed offsets at revoke"):
                     offsets = consumer.committed(owned, timeout=KEEP_ASK_S)
                 self._kept = {tp.partition: (tp.offset, self.sealer.trees.of(tp.partition))

@@ -145,3 +145,21 @@ def test_stable_offsets_give_up_past_the_wait_and_on_other_errors():
     with pytest.raises(WriterKafkaError):
         kafka_io.stable_committed(c, [TopicPartition("t", 0)], wait_s=30.0, stopping=lambda: True)
     assert len(c.asked) == 1
+
+
+def test_a_stop_keeps_nothing_and_never_asks_for_committed_offsets(caplog):
+    """The revoke that ``close()`` runs comes while the session lets go of its consumer:
+    asking for committed offsets then never gets an answer (a real stop waited 5 s for it)."""
+    f = Fakes().start()
+    f.captures(3)
+    f.step()
+    consumer = f.intake_consumer
+    asked: list = []
+    real = consumer.committed
+    consumer.committed = lambda parts, timeout=None: asked.append(parts) or real(parts, timeout)
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    caplog.clear()
+    f.service.close()
+    [revoked] = events(caplog, "revoked")
+    assert (revoked["kept"], asked) == ([], [])
+    assert f.service.sealer.owned() == []
