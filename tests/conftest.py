@@ -4,6 +4,8 @@ import os
 import random
 import re
 
+import pytest
+
 pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.kafka",
@@ -61,3 +63,12 @@ def pytest_make_parametrize_id(config, val, argname):
     for pattern, placeholder in _RANDOM_IN_IDS:
         stable = pattern.sub(placeholder, stable)
     return stable if stable != val else None
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected: the scheduler cuts what is left
+def pytest_collection_modifyitems(config, items):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # a pytest-xdist worker: tests/fixtures/order.py says why
+        from tests.fixtures.order import reorder
+
+        items[:] = reorder(items, int(workerinput["workercount"]))
