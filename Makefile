@@ -11,8 +11,10 @@ $(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pypr
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e 'packaging/contract[tlog]' -e packaging/client
 	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test,bench]'
-	sh native/seal/build.sh $(PY)
-	sh native/rows/build.sh $(PY)
+	@# The two crates build side by side (each cargo build is mostly one long serial compile):
+	@# both logs go to the terminal, and either failing fails the rule.
+	sh native/seal/build.sh $(PY) & seal=$$!; sh native/rows/build.sh $(PY); rows=$$?; \
+	  wait $$seal && test $$rows = 0
 	@touch $@
 # The writer's compiled seal path (native/seal/build.sh; native/toolchain.sh installs Debian's
 # Rust where there is none; EVIDENCE_NATIVE=0 builds neither crate, the pure Python paths).
