@@ -82,6 +82,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     disk_full = False
+    # The calls that returned while the disk is "full": the file size limit that fills the
+    # spool holds for every file this process writes, so a line written to out then could be
+    # cut short (a full run once read a line of one field). They are written when it ends.
+    held: list[str] = []
     n, t0 = 0, time.monotonic()
     with open(out_path, "a", buffering=1) as out:
         while not stop:
@@ -89,6 +93,9 @@ def main(argv: list[str]) -> int:
             if full != disk_full:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024 if full else soft, hard))
                 disk_full = full
+                if not full:
+                    out.write("".join(held))
+                    held.clear()
             stream = streams[n % len(streams)]
             body = json.dumps({"model": "m", "messages": [
                 {"role": "user", "content": f"{name} call {n} at {time.time_ns()}"}]}).encode()
@@ -98,12 +105,17 @@ def main(argv: list[str]) -> int:
             if r.status_code == 200:
                 from evidence_contract import content_key
 
-                out.write(f"{content_key(body).hex()} {stream}\n")
+                line = f"{content_key(body).hex()} {stream}\n"
+                if disk_full:
+                    held.append(line)
+                else:
+                    out.write(line)
             n += 1
             delay = t0 + n / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        out.write("".join(held))
     recorder.close()
     Path(f"{out_path}.metrics").write_text(json.dumps(recorder.metrics.snapshot()))
     return 0

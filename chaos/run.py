@@ -116,9 +116,11 @@ class Run:
         submitted: dict[str, str] = {}
         metrics: dict[str, dict] = {}
         for f in self.work.glob("*.calls"):
-            for line in f.read_text().splitlines():
-                key, stream = line.split()
-                submitted[key] = stream
+            for number, line in enumerate(f.read_text().splitlines(), 1):
+                fields = line.split()
+                if len(fields) != 2:
+                    raise ValueError(f"{f}:{number}: not a call (content key, stream): {line!r}")
+                submitted[fields[0]] = fields[1]
             m = Path(f"{f}.metrics")
             if m.exists():
                 metrics[f.stem] = json.loads(m.read_text())

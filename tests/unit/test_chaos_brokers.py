@@ -50,3 +50,17 @@ def test_a_cluster_run_hits_one_broker_at_a_time_kill_and_stall_in_the_short_for
         plan = _schedule(run, 100.0, short)
         assert [at for at, _ in plan] == sorted(at for at, _ in plan)
         assert [names[id(f)] for _, f in plan if id(f) in names] == expected
+
+
+def test_the_calls_files_are_read_and_a_line_cut_short_is_named(tmp_path):
+    from types import SimpleNamespace
+
+    from chaos.run import Run
+
+    (tmp_path / "load-0.calls").write_text("aa s1\nbb s2\n")
+    (tmp_path / "load-0.calls.metrics").write_text('{"sent": 2}')
+    submitted, metrics = Run.calls(SimpleNamespace(work=tmp_path))
+    assert (submitted, metrics) == ({"aa": "s1", "bb": "s2"}, {"load-0": {"sent": 2}})
+    (tmp_path / "load-1.calls").write_text("cc s1\ndd\n")
+    with pytest.raises(ValueError, match=r"load-1.calls:2: not a call"):
+        Run.calls(SimpleNamespace(work=tmp_path))
