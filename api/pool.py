@@ -113,11 +113,14 @@ class Pool:
         names the work in the log line).
 
         ``work`` must be safe to run twice (reads, and writes that are idempotent): when the
-        connection turns out to be dead on its first statement, ``work`` runs once more on
-        another. The check on checkout (:func:`check_connection`) finds most dead
-        connections, but not one whose server is still closing it as it is handed out: the
-        server's FATAL arrives a moment after the backend has left ``pg_stat_activity``, and
-        without the second try that request would be a 503 although PostgreSQL is up."""
+        connection turns out to be dead on its first statement, every idle connection of the
+        pool is checked with a round trip (``AsyncConnectionPool.check``: the dead ones are
+        replaced), and ``work`` runs once more. The check on checkout
+        (:func:`check_connection`) finds most dead connections, but not one whose server is
+        still closing it as it is handed out: the server's FATAL arrives a moment after the
+        backend has left ``pg_stat_activity``. Whatever killed one connection (a restart,
+        ``pg_terminate_backend``) has usually killed the others too, so retrying on the next
+        idle one alone still failed in a full run."""
         with translate(what):
             for attempt in (1, 2):
                 conn: psycopg.AsyncConnection | None = None
@@ -129,6 +132,8 @@ class Pool:
                         raise
                     log("info", "db_connection_replaced", what=what, sqlstate=e.sqlstate,
                         error=str(e))
+                    if self._pool is not None:
+                        await self._pool.check()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def one(self, what: str, sql: str, params: tuple[Any, ...],

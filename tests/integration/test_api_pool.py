@@ -73,3 +73,44 @@ def test_an_error_on_a_live_connection_is_a_503_and_runs_once(database_url):
 
     calls, sqlstate = asyncio.run(scenario())
     assert (calls, sqlstate) == (1, "57014")
+
+
+def test_when_every_pooled_connection_was_terminated_the_request_still_succeeds(database_url):
+    """pg_terminate_backend of all of them, as a restart does: the first dead one found makes
+    the pool check the others, so the one retry meets a live connection."""
+    import uuid
+
+    name = f"pool-test-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[int, int, int]:
+        pool = Pool(database_url, min_size=3, max_size=3, timeout=10.0,
+                    statement_timeout_ms=2000)
+        pool._args["check"] = None
+        pool._args["kwargs"]["application_name"] = name
+        await pool.open()
+        try:
+            await pool._pool.wait(timeout=10)
+
+            def terminate_all() -> int:
+                with psycopg.connect(database_url, autocommit=True) as conn:
+                    pids = [r[0] for r in conn.execute(
+                        "select pid from pg_stat_activity where application_name = %s",
+                        (name,)).fetchall()]
+                    for pid in pids:
+                        conn.execute("select pg_terminate_backend(%s)", (pid,))
+                    wait_until("the terminated backends to exit", lambda: not conn.execute(
+                        "select 1 from pg_stat_activity where pid = any(%s)", (pids,)).fetchone())
+                return len(pids)
+            killed = await asyncio.to_thread(terminate_all)
+            calls = 0
+
+            async def work(conn: psycopg.AsyncConnection) -> int:
+                nonlocal calls
+                calls += 1
+                return (await (await conn.execute("select 1")).fetchone())[0]
+            return killed, await pool.run("one", work), calls
+        finally:
+            await pool.close()
+
+    killed, answer, calls = asyncio.run(scenario())
+    assert (killed, answer, calls) == (3, 1, 2)
