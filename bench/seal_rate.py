@@ -26,15 +26,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import (  # noqa: E402
-    Consumer, KafkaError, KafkaException, Producer, TopicPartition,
-)
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from evidence_contract import canonical_body_bytes, encode, fingerprint  # noqa: E402
 from evidence_contract.codec import MARKER  # noqa: E402
 from tests.fixtures.writer import WriterProcess, make_capture, writer_env  # noqa: E402
 from topics import TopicNames, TopicSettings, ensure_topics  # noqa: E402
+from topics.admin import while_settling  # noqa: E402
 
 
 def _fast_encode(event: dict) -> bytes:
@@ -135,28 +134,17 @@ def median_rate(runs: list[dict[str, Any]]) -> int:
     return round(statistics.median(r["records_per_s"] for r in runs))
 
 
-_SETTLING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-             KafkaError.UNKNOWN_TOPIC_OR_PART)
-
-
 def intake_end(bootstrap: str, settings: TopicSettings, timeout: float = 30.0
                ) -> list[TopicPartition]:
     """The intake's end offsets. On topics just made, a partition's leader can still be moving
     (NOT_LEADER_FOR_PARTITION in a full run): ask again until ``timeout``."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-probe"})
-    deadline = time.monotonic() + timeout
     try:
         out = []
         for p in range(settings.partitions):
             tp = TopicPartition(settings.names.intake, p)
-            while True:
-                try:
-                    _, hi = c.get_watermark_offsets(tp, timeout=10, cached=False)
-                    break
-                except KafkaException as e:
-                    if e.args[0].code() not in _SETTLING or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+            _, hi = while_settling(
+                lambda: c.get_watermark_offsets(tp, timeout=10, cached=False), timeout)
             out.append(TopicPartition(settings.names.intake, p, hi))
         return out
     finally:

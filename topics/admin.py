@@ -11,7 +11,7 @@ with the migration spelled out, because altering it in place would move streams.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
@@ -87,22 +87,36 @@ def check_topics(bootstrap: str, settings: TopicSettings, timeout: float = 30.0)
     _check(_admin(bootstrap), topic_specs(settings), timeout)
 
 
+SETTLING = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_LEADER_FOR_PARTITION,
+            KafkaError.LEADER_NOT_AVAILABLE)
+"""What a broker answers about topics just created until its metadata has caught up."""
+
+T = TypeVar("T")
+
+
+def while_settling(call: Callable[[], T], timeout: float, codes: tuple[int, ...] = SETTLING) -> T:
+    """``call()``, asked again every 0.2 s while it raises a KafkaException with one of
+    ``codes``, until ``timeout`` has passed; then that error goes through. Any other error goes
+    through at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            if e.args[0].code() not in codes or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _describe_configs(admin: AdminClient, resources: list[ConfigResource], timeout: float
                       ) -> dict[str, Any]:
     """``{topic: configs}``. DescribeConfigs goes to any broker, and one whose metadata cache
     has not caught up with a topic just created answers UNKNOWN_TOPIC_OR_PART (seen on a
-    cluster of three just started, after the listing had shown the topic): ask again until
-    ``timeout`` has passed, then let that error through."""
-    deadline = time.monotonic() + timeout
-    while True:
+    cluster of three just started, after the listing had shown the topic)."""
+    def ask() -> dict[str, Any]:
         results = admin.describe_configs(resources, request_timeout=timeout)
-        try:
-            return {r.name: fut.result() for r, fut in results.items()}
-        except KafkaException as e:
-            if (e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART
-                    or time.monotonic() > deadline):
-                raise
-            time.sleep(0.2)
+        return {r.name: fut.result() for r, fut in results.items()}
+    return while_settling(ask, timeout, (KafkaError.UNKNOWN_TOPIC_OR_PART,))
 
 
 def _check(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
