@@ -281,7 +281,13 @@ class WriterService:
         error"); librdkafka hands the fatal error itself, with its code, to the error callback,
         which runs inside ``poll``: serve it and look. librdkafka marks the client fatal before
         it queues that event, so the call in progress can fail first: wait for the event a
-        little (``FATAL_EVENT_WAIT_S``), not just one ``poll(0)``."""
+        little (``FATAL_EVENT_WAIT_S``), not just one ``poll(0)``.
+
+        The producer's event does not always come (a full-suite run waited the whole 10 s
+        for it), while the rival's consumer, joining with our group.instance.id, fences our
+        intake consumer too; that fatal error is served only by a consume, so the wait serves
+        both clients. Whatever the consume returns is dropped: every path after this one
+        drops the session, and the next resumes from the committed offsets."""
         producer = self._producer
         if isinstance(e, FencedError) or not isinstance(e, WriterKafkaError) \
                 or e.code != KafkaError._FATAL or producer is None:
@@ -290,7 +296,27 @@ class WriterService:
         while self._failure is None and time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 producer.poll(0.05)
+            if self._failure is None:
+                self._serve_consumer()
         return self._failure if isinstance(self._failure, FencedError) else e
+
+    def _serve_consumer(self) -> None:
+        """One short consume of the intake consumer, for its fencing (in the error callback,
+        in place of a message, or raised); the messages are dropped (``_named``)."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            with kafka_errors("consume", consumer=True):
+                msgs = consumer.consume(1, 0.05)
+            for m in msgs:
+                err = m.error()
+                if err is not None and is_fatal(err):
+                    raise translate(err, "consume", consumer=True)
+        except FencedError as err:
+            self._failure = self._failure or err
+        except Exception:  # noqa: BLE001 - anything else: the caller heals anyway
+            pass
 
     def _heal(self, e: WriterError, pause: bool = True) -> None:
         """Drop the session after ``e``; wait (unless ``pause`` is false); the loop reconnects."""

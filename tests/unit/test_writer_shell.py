@@ -722,6 +722,35 @@ def test_a_fencing_event_queued_after_the_failed_call_still_names_it(caplog):
     assert not events(caplog, "reconnecting"), "the fenced writer must not reconnect"
 
 
+def test_a_fencing_only_the_consumer_reports_still_names_it(caplog):
+    """The producer's fatal event never comes (a full-suite run waited its whole 10 s); the
+    rival's consumer, joining with our group.instance.id, fences our intake consumer, whose
+    fatal error only a consume serves. The writer serves both while it waits; a rival then
+    ends it rather than a reconnect that would fence the rival back."""
+    f = Fakes()
+    f.start()
+    f.captures(1)
+    f.step()
+    rival = FakeConsumer(f.cluster, {"group.id": CONFIG.group_id, "client.id": "other",
+                                     "group.instance.id": CONFIG.instance_id})
+    f.captures(1)
+    f.producer.fail("produce", kafka_error(KafkaError._FATAL, fatal=True))
+    poll = f.producer.poll
+
+    def rival_joins_after_the_failed_produce(timeout: float = 0) -> int:
+        if (CONFIG.group_id, CONFIG.instance_id) not in f.cluster.static or \
+                f.cluster.static[(CONFIG.group_id, CONFIG.instance_id)] is not rival:
+            rival.subscribe(["intake"], lambda *a: None, lambda *a: None)  # fences ours
+        return poll(timeout)
+
+    f.producer.poll = rival_joins_after_the_failed_produce  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO, logger="evidence.writer")
+    assert f.run_until(lambda: False) == EXIT_FENCED
+    [fenced] = events(caplog, "fenced")
+    assert rival.member_id in fenced["rival"]
+    assert not events(caplog, "reconnecting"), "the fenced writer must not reconnect"
+
+
 def test_fenced_again_and_again_with_the_group_unknown_is_a_rival(caplog):
     f = Fakes()
     f.start()
