@@ -3,14 +3,18 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+PYSTAMP := $(VENV)/.python-installed
 
 .PHONY: up down test unit status bench chaos lock
 
-$(STAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pyproject.toml constraints.txt
+# The Python packages (pip), then the native crates ($(STAMP)).
+$(PYSTAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e 'packaging/contract[tlog]' -e packaging/client
 	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test,bench]'
+	@touch $@
+$(STAMP): $(PYSTAMP)
 	@# The two crates build side by side (each cargo build is mostly one long serial compile):
 	@# both logs go to the terminal, and either failing fails the rule.
 	sh native/seal/build.sh $(PY) & seal=$$!; sh native/rows/build.sh $(PY); rows=$$?; \
@@ -44,11 +48,10 @@ down:
 ##       (default 4: a test mostly waits on Kafka and PostgreSQL, so 2 cores keep 4 busy;
 ##       TEST_WORKERS=0 runs it in one process; an idle worker takes tests from a busy one's
 ##       queue, so a few long tests do not end the run alone; the 25 longest are listed);
-##       tools/browser_setup.sh first installs what tests/browser needs (Debian's chromium)
-test: $(STAMP)
-	$(VENV)/bin/lint-imports
-	sh tools/browser_setup.sh
-	$(PY) -m devstack up
+##       tools/test_setup.sh first installs and starts what the suite needs, side by side
+##       where no step needs another's result (the browser of tests/browser among them)
+test:
+	PY=$(PY) PYSTAMP=$(PYSTAMP) STAMP=$(STAMP) MAKE="$(MAKE)" sh tools/test_setup.sh
 	$(PY) -m pytest -n $(or $(TEST_WORKERS),4) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 ## unit: the pure tests only, no services

@@ -131,9 +131,11 @@ def apt_install(packages: list[str], why: str) -> None:
         raise StackError(f"{why}: install {' '.join(packages)} and run again")
     log(f"{why}: installing {' '.join(packages)} with apt-get")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-q"], check=False, env=env,
+    # Another install may hold dpkg's lock (`make test` sets up the browser side by side): wait.
+    lock = ["-o", "DPkg::Lock::Timeout=600"]
+    subprocess.run(["apt-get", *lock, "update", "-q"], check=False, env=env,
                    stdout=subprocess.DEVNULL)
-    r = subprocess.run(["apt-get", "install", "-y", "-q", *packages], env=env,
+    r = subprocess.run(["apt-get", *lock, "install", "-y", "-q", *packages], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         raise StackError(f"apt-get install {' '.join(packages)} failed:\n{r.stderr[-2000:]}")

@@ -71,14 +71,15 @@ install_cargo() {
     fi
     echo "no Rust toolchain: installing Debian's cargo and rustc with apt-get" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >/dev/null || true
+    # The lock timeout: `make test` installs the browser side by side (tools/browser_setup.sh).
+    apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null || true
     if apt-cache show cargo-web >/dev/null 2>&1; then
         packages="cargo-web rustc-web"
     else
         packages="cargo rustc"
     fi
     # shellcheck disable=SC2086 # two package names
-    apt-get install -y -q $packages >/dev/null || return 1
+    apt-get -o DPkg::Lock::Timeout=600 install -y -q $packages >/dev/null || return 1
 }
 
 # build_native PYTHON CRATE_DIR MODULE USER FALLBACK: pip-install the crate in CRATE_DIR (its

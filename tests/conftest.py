@@ -37,10 +37,25 @@ class _WorkerShare(random.Random):
         return super().choice(seq)
 
 
+def _patient_httpx() -> None:
+    """The tests' own HTTP calls (``httpx.get(url)``, ``httpx.Client(base_url=...)``) wait up to
+    60 s for an answer, not httpx's default 5 s. The suite keeps two cores busy from its first
+    test to its last, so an answer the API gives in milliseconds can wait seconds for a core: a
+    fresh-clone run failed on ``/readyz`` taking over 5 s. The tests check what is answered,
+    not how fast (the benchmarks do). httpx binds one ``Timeout`` object as the default of
+    every call and client, so changing it here reaches them all; the product's clients set
+    their own timeouts and are not touched."""
+    from httpx import _config
+
+    default = _config.DEFAULT_TIMEOUT_CONFIG
+    default.connect, default.read, default.write, default.pool = 10.0, 60.0, 60.0, 60.0
+
+
 def pytest_configure(config):
     # The brokers tests start live a minute or two: a C1-only JIT starts them on 40% less CPU
     # (devstack/kafka.py), and the suite is bound by CPU on two cores.
     os.environ.setdefault("EVIDENCE_KAFKA_JVM_OPTS", "-XX:TieredStopAtLevel=1")
+    _patient_httpx()
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(
         "PYTEST_XDIST_WORKER_COUNT")
     if worker and count:  # "gw0", "gw1", ... under pytest-xdist

@@ -25,8 +25,10 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     fi
     echo "no Chromium: installing Debian's chromium and chromium-driver with apt-get" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >/dev/null || true
-    apt-get install -y -q chromium chromium-driver >/dev/null
+    # The lock timeout: `make test` runs this beside pip and the native builds, which may
+    # apt-get a Rust toolchain at the same time (native/toolchain.sh).
+    apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null || true
+    apt-get -o DPkg::Lock::Timeout=600 install -y -q chromium chromium-driver >/dev/null
 fi
 
 installed=$(node -p "require('./$AXE_DIR/node_modules/axe-core/package.json').version" \
