@@ -76,14 +76,18 @@ SUBCOMMAND_MODULES = {
 }
 
 
-def _commands() -> dict[str, Command]:
+def _commands(only: str | None = None) -> dict[str, Command]:
+    """Every subcommand there is; or, given ``only``, that one alone (when it is there)."""
     import importlib
     import importlib.util
 
-    commands: dict[str, Command] = {
-        "dev": ("run the local stack (Kafka, PostgreSQL, services)", _dev_args, _dev_run),
-    }
+    commands: dict[str, Command] = {}
+    if only in (None, "dev"):
+        commands["dev"] = ("run the local stack (Kafka, PostgreSQL, services)", _dev_args,
+                           _dev_run)
     for name, module_name in SUBCOMMAND_MODULES.items():
+        if only is not None and name != only:
+            continue
         try:
             if importlib.util.find_spec(module_name) is None:
                 continue
@@ -108,7 +112,15 @@ rebuild, which allocate per record at tens of thousands of records a second."""
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="evidence", description="evidence-store: the evidence layer for LLM calls")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    commands = _commands()
+    # A command line that names its subcommand first builds (and imports) that one alone: the
+    # others' modules import Kafka, Avro, FastAPI and OpenTelemetry between them, half a
+    # second that every `evidence list` would pay. Anything else (no subcommand, an unknown
+    # one, `--help`) builds them all, so the usage and errors list every subcommand.
+    first = (sys.argv[1:] if argv is None else argv)[:1]
+    named = first[0] if first and (first[0] in SUBCOMMAND_MODULES or first[0] == "dev") else None
+    commands = _commands(named) if named is not None else {}
+    if not commands:
+        commands = _commands()
     for name, (help_text, add_args, _run) in commands.items():
         add_args(sub.add_parser(name, help=help_text, description=help_text))
     args = parser.parse_args(argv)
