@@ -132,8 +132,10 @@ def _build_go() -> Path:
         # go.sum pins every module; -mod=readonly fails rather than change it, and
         # GOTOOLCHAIN=local fails on a too-old Go rather than download another.
         env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
-        _check(_run([go, "build", "-trimpath", "-o", str(out) + "/", "./cmd/produce", "./cmd/verify"],
-                    cwd=src, env=env, timeout=BUILD_TIMEOUT), "go build (examples/go)")
+        with toolchains.one_go_build():
+            _check(_run([go, "build", "-trimpath", "-o", str(out) + "/", "./cmd/produce",
+                         "./cmd/verify"], cwd=src, env=env, timeout=BUILD_TIMEOUT),
+                   "go build (examples/go)")
 
     return _cached_build("go", _sources_hash(src, exclude=("bin",)), build)
 

@@ -92,9 +92,10 @@ def _build_tilesverify() -> Path:
         # go.sum pins golang.org/x/mod; -mod=readonly fails rather than change it, and
         # GOTOOLCHAIN=local fails on a too-old Go rather than download another.
         env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
-        proc = subprocess.run([go, "build", "-trimpath", "-o", str(tmp / "tilesverify"), "."],
-                              cwd=SRC, env=env, capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT)
+        with toolchains.one_go_build():
+            proc = subprocess.run([go, "build", "-trimpath", "-o", str(tmp / "tilesverify"), "."],
+                                  cwd=SRC, env=env, capture_output=True, text=True,
+                                  timeout=BUILD_TIMEOUT)
         if proc.returncode != 0:
             pytest.fail(f"go build (tests/verifiers/go-tiles) failed:\n{proc.stderr[-6000:]}")
         shutil.rmtree(final, ignore_errors=True)
