@@ -3,18 +3,26 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-PYSTAMP := $(VENV)/.python-installed
+VENVSTAMP   := $(VENV)/.made
+PYSTAMP     := $(VENV)/.python-installed
+NATIVESTAMP := $(VENV)/.native-installed
 
 .PHONY: up down test unit status bench chaos lock
 
-# The Python packages (pip), then the native crates ($(STAMP)).
-$(PYSTAMP): pyproject.toml packaging/contract/pyproject.toml packaging/client/pyproject.toml constraints.txt
+# $(STAMP): everything installed. The virtualenv with a current pip first; then the Python
+# packages and the native crates, which need nothing of each other (pip mostly waits on the
+# network, cargo on one core), so tools/test_setup.sh makes the two side by side.
+$(STAMP): $(PYSTAMP) $(NATIVESTAMP)
+	@touch $@
+$(VENVSTAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@touch $@
+$(PYSTAMP): $(VENVSTAMP) pyproject.toml packaging/contract/pyproject.toml packaging/client/pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e 'packaging/contract[tlog]' -e packaging/client
 	$(PY) -m pip install -q -c constraints.txt --config-settings editable_mode=compat -e '.[test,bench]'
 	@touch $@
-$(STAMP): $(PYSTAMP)
+$(NATIVESTAMP): $(VENVSTAMP)
 	@# The two crates build side by side (each cargo build is mostly one long serial compile):
 	@# both logs go to the terminal, and either failing fails the rule.
 	sh native/seal/build.sh $(PY) & seal=$$!; sh native/rows/build.sh $(PY); rows=$$?; \
@@ -22,11 +30,11 @@ $(STAMP): $(PYSTAMP)
 	@touch $@
 # The writer's compiled seal path (native/seal/build.sh; native/toolchain.sh installs Debian's
 # Rust where there is none; EVIDENCE_NATIVE=0 builds neither crate, the pure Python paths).
-$(STAMP): $(wildcard native/seal/Cargo.* native/seal/pyproject.toml native/seal/build.sh native/seal/src/*.rs)
+$(NATIVESTAMP): $(wildcard native/seal/Cargo.* native/seal/pyproject.toml native/seal/build.sh native/seal/src/*.rs)
 # The projector's compiled row path (native/rows/build.sh).
-$(STAMP): $(wildcard native/rows/Cargo.* native/rows/pyproject.toml native/rows/build.sh native/rows/src/*.rs)
+$(NATIVESTAMP): $(wildcard native/rows/Cargo.* native/rows/pyproject.toml native/rows/build.sh native/rows/src/*.rs)
 # How both find cargo and build (native/toolchain.sh, sourced by each build.sh).
-$(STAMP): native/toolchain.sh
+$(NATIVESTAMP): native/toolchain.sh
 
 ## up: the whole stack on 127.0.0.1 (Kafka, PostgreSQL, topics, services), then the demo
 ## (`evidence demo`: record, seal, verify and replay a few calls; NO_DEMO=1 skips it);
@@ -51,7 +59,8 @@ down:
 ##       tools/test_setup.sh first installs and starts what the suite needs, side by side
 ##       where no step needs another's result (the browser of tests/browser among them)
 test:
-	PY=$(PY) PYSTAMP=$(PYSTAMP) STAMP=$(STAMP) MAKE="$(MAKE)" sh tools/test_setup.sh
+	PY=$(PY) VENVSTAMP=$(VENVSTAMP) PYSTAMP=$(PYSTAMP) NATIVESTAMP=$(NATIVESTAMP) \
+	  STAMP=$(STAMP) MAKE="$(MAKE)" sh tools/test_setup.sh
 	$(PY) -m pytest -n $(or $(TEST_WORKERS),4) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 ## unit: the pure tests only, no services

@@ -1,13 +1,16 @@
 #!/bin/sh
 # What `make test` does before pytest: install what the suite needs and start the stack it runs
 # against. The steps that need nothing of each other run side by side, which takes about a
-# minute off a fresh clone's set-up (most of these steps wait on the network or on one core):
+# minute and a half off a fresh clone's set-up (most of them wait on the network or on one
+# core):
 #
-#   1. the browser (tools/browser_setup.sh: apt-get, npm)  |  the Python packages (pip)
-#   2.                  the layer contract (lint-imports)
-#   3. Kafka, PostgreSQL, the topics (devstack --no-services)  |  the native crates (cargo)
-#      |  the bytecode caches (below)
-#   4. the services (devstack up), which run the native paths built in 3
+#   1. the virtualenv and a current pip ($VENVSTAMP)
+#   2. the browser (tools/browser_setup.sh: apt-get, npm)
+#      | the native crates (cargo, $NATIVESTAMP)
+#      | the Python packages (pip, $PYSTAMP), then the layer contract (lint-imports), then
+#        | Kafka, PostgreSQL and the topics (devstack up --no-services)
+#        | the bytecode caches (below)
+#   3. the services (devstack up), which run the native paths built in 2
 #
 # The bytecode caches: each of pytest's parallel workers imports every test module, and pytest
 # rewrites each module's asserts on import unless it finds the result cached in __pycache__;
@@ -20,10 +23,10 @@
 # Each background step's output is held in build/setup/ and printed when it ends, so the
 # terminal reads in order. Any step failing fails `make test`, after the others have ended
 # (but the caches' warm-up: the suite only runs slower without it).
-# Called by the Makefile with PY, PYSTAMP, STAMP and MAKE set.
+# Called by the Makefile with PY, VENVSTAMP, PYSTAMP, NATIVESTAMP, STAMP and MAKE set.
 set -u
 cd "$(dirname "$0")/.."
-: "${PY:?}" "${PYSTAMP:?}" "${STAMP:?}" "${MAKE:=make}"
+: "${PY:?}" "${VENVSTAMP:?}" "${PYSTAMP:?}" "${NATIVESTAMP:?}" "${STAMP:?}" "${MAKE:=make}"
 LOGS=build/setup
 PACKAGES=$(for d in */; do [ -f "$d/__init__.py" ] && printf '%s ' "${d%/}"; done)
 mkdir -p "$LOGS"
@@ -39,28 +42,29 @@ finish() {
     return "$rc"
 }
 
+"$MAKE" --no-print-directory "$VENVSTAMP" || exit 1
 sh tools/browser_setup.sh > "$LOGS/browser.log" 2>&1 &
 browser=$!
-if ! "$MAKE" --no-print-directory "$PYSTAMP" || ! "$(dirname "$PY")/lint-imports"; then
-    finish browser "$browser"
-    exit 1
-fi
+"$MAKE" --no-print-directory "$NATIVESTAMP" > "$LOGS/native.log" 2>&1 &
+native=$!
 
-"$PY" -m devstack up --no-services > "$LOGS/stack.log" 2>&1 &
-stack=$!
-{
-    env -u PYTHONDONTWRITEBYTECODE "$PY" -m compileall -q -j 0 $PACKAGES \
-        && env -u PYTHONDONTWRITEBYTECODE "$PY" -m pytest --collect-only -q -p no:cacheprovider
-} > "$LOGS/bytecode.log" 2>&1 &
-bytecode=$!
-"$MAKE" --no-print-directory "$STAMP"
-native=$?
 failed=0
-finish stack "$stack" || failed=1
-# Only a cache: if it fails, the suite runs without it (and reports any real collection error).
-wait "$bytecode" || echo "warning: warming the bytecode caches failed (see $LOGS/bytecode.log)" >&2
-finish browser "$browser" || failed=1
-if [ "$native" != 0 ] || [ "$failed" != 0 ]; then
-    exit 1
+if "$MAKE" --no-print-directory "$PYSTAMP" && "$(dirname "$PY")/lint-imports"; then
+    "$PY" -m devstack up --no-services > "$LOGS/stack.log" 2>&1 &
+    stack=$!
+    {
+        env -u PYTHONDONTWRITEBYTECODE "$PY" -m compileall -q -j 0 $PACKAGES \
+            && env -u PYTHONDONTWRITEBYTECODE "$PY" -m pytest --collect-only -q -p no:cacheprovider
+    } > "$LOGS/bytecode.log" 2>&1 &
+    bytecode=$!
+    finish stack "$stack" || failed=1
+    # Only a cache: if it fails, the suite runs without it (and reports any real collection
+    # error itself).
+    wait "$bytecode" || echo "warning: warming the bytecode caches failed (see $LOGS/bytecode.log)" >&2
+else
+    failed=1
 fi
+finish native "$native" || failed=1
+finish browser "$browser" || failed=1
+[ "$failed" = 0 ] && "$MAKE" --no-print-directory "$STAMP" || exit 1
 exec "$PY" -m devstack up
