@@ -66,7 +66,9 @@ def seal_on(bootstrap: str, settings: Any, messages: list[tuple[bytes, bytes]],
     from bench.seal_rate import intake_end, start_writer, time_until_sealed
     from topics import ensure_topics
 
-    ensure_topics(bootstrap, settings)
+    # A cluster just started, on a machine that may be busy: its brokers' metadata can take
+    # more than the default 30 s to list the topics just made (a fresh-clone `make test` run).
+    ensure_topics(bootstrap, settings, timeout=120)
     n = len(messages)
     produced = produce_all(bootstrap, settings.names.intake, messages)
     ends = intake_end(bootstrap, settings)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.kafka import one_cluster_at_a_time
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
@@ -22,7 +24,8 @@ def test_three_brokers_beside_one_runs_end_to_end_and_cleans_up(kafka_bootstrap)
 
     tag = f"bench{uuid.uuid4().hex[:8]}"
     before = set(Path(tempfile.gettempdir()).glob("bench-cluster-*"))
-    result = cluster.measure(kafka_bootstrap, make_messages(240, 8, 256), 6, tag)
+    with one_cluster_at_a_time():
+        result = cluster.measure(kafka_bootstrap, make_messages(240, 8, 256), 6, tag)
 
     assert [x["when"] for x in result["one"]] == ["before", "after"]
     for run in (*result["one"], result["three"]):

@@ -25,17 +25,21 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.fixtures.kafka import one_cluster_at_a_time
+
+# The run waits for the suite's other clusters first (one_cluster_at_a_time).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_short_chaos_run_on_three_brokers_loses_duplicates_and_gaps_nothing(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "--short", "--brokers", "3",
-         "--report-dir", str(tmp_path)],
-        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True,
-        timeout=1500)
+    with one_cluster_at_a_time():
+        proc = subprocess.run(
+            [sys.executable, "-m", "chaos", "--short", "--brokers", "3",
+             "--report-dir", str(tmp_path)],
+            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True,
+            text=True, timeout=800)
     reports = sorted(tmp_path.glob("*.json"))
     assert reports, f"no report; exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     result = json.loads(reports[-1].read_text())

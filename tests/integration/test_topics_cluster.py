@@ -10,21 +10,24 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from devstack import StackConfig, kafka
+from tests.fixtures.kafka import one_cluster_at_a_time
 from tests.fixtures.log import wait_until
 from topics import TopicConfigError, TopicNames, TopicSettings, check_topics, ensure_topics
 from topics import topic_specs
 
-pytestmark = pytest.mark.integration
+# The first test waits for the other clusters of the suite (one_cluster_at_a_time).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     cfg = StackConfig.on_free_ports(tmp_path_factory.mktemp("cluster"), brokers=3)
-    try:
-        kafka.start(cfg)
-        yield cfg.bootstrap
-    finally:
-        kafka.stop(cfg)
+    with one_cluster_at_a_time():
+        try:
+            kafka.start(cfg)
+            yield cfg.bootstrap
+        finally:
+            kafka.stop(cfg)
 
 
 def _settings(rf: int) -> TopicSettings:
