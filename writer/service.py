@@ -24,17 +24,12 @@ What a failure means:
   and each partition's heads are restored from Kafka as at start-up. Exactly-once holds as
   across a kill -9: nothing uncommitted was ever visible, and the committed offsets and
   heads are those of the last committed transaction.
-- Fencing (``FencedError``) is not proof of a second writer: the coordinator fences a writer
-  itself when it aborts a transaction that timed out (a broker kill -9 and restart), and a
-  broker stalled past the session timeout fences the writer's own static consumer. So the
-  fenced writer closes its clients and watches the group (without fencing anyone back): a
-  real second writer joins with the same ``group.instance.id`` right after its
-  init_transactions and keeps heartbeating, so a member with that instance id and a member id
-  none of our consumers had, still there after a session timeout, is a live rival
-  (:meth:`WriterService._identity_holder`). Then, or when fenced ``FENCINGS_FOR_RIVAL``
-  times within ``FENCING_WINDOW_S``, the writer exits with :data:`EXIT_FENCED` (3): a
-  supervisor must not restart it into a fencing war. Otherwise it heals (the watch takes
-  ``fencing_wait_s``, a session timeout more when a stale member of ours lingers).
+- Fencing (``FencedError``) is not proof of a second writer (:mod:`writer.fencing` says why):
+  the fenced writer closes its clients and watches the group without fencing anyone back. A
+  live rival holding our ``group.instance.id``, or ``FENCINGS_FOR_RIVAL`` fencings within
+  ``FENCING_WINDOW_S`` (:class:`~writer.fencing.Fencings`), and the writer exits with :data:`EXIT_FENCED` (3): a supervisor must
+  not restart it into a fencing war. Otherwise it heals (the watch takes ``fencing_wait_s``, a
+  session timeout more when a stale member of ours lingers).
 - ``StateMismatchError`` (writer-state disagreeing with the log: corruption) exits 1.
 """
 
@@ -78,6 +73,7 @@ from writer.kafka_io import (
     stable_committed,
     translate,
 )
+from writer.fencing import Fencings, describe, live_rival
 from writer.log_key import load_log_key
 from writer.loop import CALL_DEADLINE_S, SealLoop
 from writer.metrics import WriterMetrics
@@ -89,7 +85,6 @@ EXIT_FENCED = 3
 """Exit code of a writer fenced by a live rival: "do not restart me" (devstack.supervise)."""
 FATAL_EVENT_WAIT_S = 10.0  # how long a call failed with _FATAL waits for the fatal error event
 FENCING_WAIT_S = 5.0  # how long a fenced writer waits for a rival to join the group
-FENCING_WINDOW_S, FENCINGS_FOR_RIVAL = 120.0, 3  # this many fencings in the window: a rival
 BACKOFF_MIN_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 0.5, 30.0, 30.0
 KEEP_ASK_S = 5.0  # the committed offsets asked at a revoke; past it, nothing is kept
 
@@ -133,7 +128,7 @@ class WriterService:
         self._sessions = 0
         self._session_at = 0.0
         self._backoff = BACKOFF_MIN_S
-        self._fencings: list[float] = []
+        self._fencings = Fencings()
         self._member_ids: set[str] = set()  # every group member id our consumers have had
         self._kept: dict[int, tuple[int, dict]] = {}  # revoked and kept: (offset, trees)
 
@@ -276,18 +271,10 @@ class WriterService:
             self.close()
 
     def _named(self, e: WriterError) -> WriterError:
-        """``e``, or the fencing behind it. A fenced transactional producer often fails the call
-        in progress with a generic ``_FATAL`` ("Unable to produce message: Local: Fatal
-        error"); librdkafka hands the fatal error itself, with its code, to the error callback,
-        which runs inside ``poll``: serve it and look. librdkafka marks the client fatal before
-        it queues that event, so the call in progress can fail first: wait for the event a
-        little (``FATAL_EVENT_WAIT_S``), not just one ``poll(0)``.
-
-        The producer's event does not always come (a full-suite run waited the whole 10 s
-        for it), while the rival's consumer, joining with our group.instance.id, fences our
-        intake consumer too; that fatal error is served only by a consume, so the wait serves
-        both clients. Whatever the consume returns is dropped: every path after this one
-        drops the session, and the next resumes from the committed offsets."""
+        """``e``, or the fencing behind a generic ``_FATAL`` (:mod:`writer.fencing` says why it
+        can hide there): both clients' error events are served for ``FATAL_EVENT_WAIT_S`` at
+        most. Whatever the consume returns is dropped: every path after this one drops the
+        session, and the next resumes from the committed offsets."""
         producer = self._producer
         if isinstance(e, FencedError) or not isinstance(e, WriterKafkaError) \
                 or e.code != KafkaError._FATAL or producer is None:
@@ -356,13 +343,12 @@ class WriterService:
     # -- fencing: a rival, or the coordinator? -----------------------------------------------------
     def _rival(self, e: FencedError) -> str | None:
         """Who fenced us, if a live rival did (a description of it); None when no one did."""
-        now = time.monotonic()
-        self._fencings = [t for t in self._fencings if now - t < FENCING_WINDOW_S] + [now]
-        if len(self._fencings) >= FENCINGS_FOR_RIVAL:
-            return f"fenced {len(self._fencings)} times in {FENCING_WINDOW_S:.0f} s"
+        counted = self._fencings.add()
+        if counted is not None:
+            return counted
         holder = self._identity_holder()
         if holder is not None:
-            return _describe(holder)
+            return describe(holder)
         log("warning", "fenced_without_rival", error=str(e), code=e.name,
             fencings=len(self._fencings),
             message="fenced, but no other writer holds our group.instance.id: the coordinator "
@@ -371,43 +357,23 @@ class WriterService:
         return None
 
     def _identity_holder(self) -> GroupMember | None:
-        """A live member of our group, not ours, holding our group.instance.id; or None.
-
-        Our clients are closed first, so that our own member stops heartbeating: a static
-        member does not leave on close, it expires after the session timeout. Then the group
-        is watched: a member with our instance id whose member id none of our consumers ever
-        had, still there after a session timeout, is heartbeating, so alive: a rival. (Its
-        client id cannot tell: a static member that replaces another keeps the replaced one's
-        client id.) Our own member, or nobody, until ``fencing_wait_s`` has passed (the time a
-        new writer takes from init_transactions to joining the group) means no rival. A group
-        the coordinator does not describe counts as no rival (the fencing count still holds).
-        """
+        """A live rival holding our group.instance.id (:func:`writer.fencing.live_rival`),
+        watched with our clients closed; or None. A group the coordinator does not describe
+        counts as no rival (the fencing count still holds)."""
         cfg = self.config
         if self._consumer is not None:
             self._note_member_id(self._consumer)
         self._disconnect()
-        persist_s = cfg.session_timeout_ms / 1000 + 2.0
-        start = time.monotonic()
-        join_until, give_up = start + self._fencing_wait_s, \
-            start + self._fencing_wait_s + 2 * persist_s
-        seen: dict[str, float] = {}
-        while True:
+
+        def members() -> list[GroupMember] | None:
             try:
-                members = self._clients.group_members(cfg.bootstrap, cfg.group_id)
+                return self._clients.group_members(cfg.bootstrap, cfg.group_id)
             except WriterError as err:
                 log("info", "group_unknown", error=str(err))
-                members = None
-            now = time.monotonic()
-            holder = next((m for m in members or () if m.group_instance_id == cfg.instance_id),
-                          None)
-            if holder is not None and holder.member_id not in self._member_ids:
-                if now - seen.setdefault(holder.member_id, now) >= persist_s:
-                    return holder
-            elif now >= join_until:
                 return None
-            if self._stop or now >= give_up:
-                return None
-            self._pause(min(0.5, persist_s / 4))
+
+        return live_rival(members, cfg.instance_id, self._member_ids, cfg.session_timeout_ms,
+                          self._fencing_wait_s, lambda: self._stop, self._pause)
 
     # -- librdkafka callbacks (run inside poll/consume on this thread) ---------------------------
     def _on_producer_error(self, err: KafkaError) -> None:
@@ -529,6 +495,3 @@ class WriterService:
         with contextlib.suppress(Exception):
             consumer.unassign()
 
-
-def _describe(m: GroupMember) -> str:
-    return f"group member {m.member_id} (client {m.client_id})"

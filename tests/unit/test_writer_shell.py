@@ -967,3 +967,30 @@ def test_the_loop_works_on_any_producer_and_consumer():
     assert loop.step() == 1
     assert len(cluster.values(NAMES.log)) == 1
     assert loop.step() == 0  # idle
+
+
+def test_fencings_in_the_window_mean_a_rival_and_a_live_rival_needs_a_session_timeout(
+        monkeypatch):
+    from writer.fencing import FENCINGS_FOR_RIVAL, Fencings, live_rival
+
+    fencings = Fencings()
+    assert [fencings.add() for _ in range(FENCINGS_FOR_RIVAL - 1)] == [None] * (FENCINGS_FOR_RIVAL - 1)
+    assert fencings.add() == f"fenced {FENCINGS_FOR_RIVAL} times in 120 s"
+
+    class M:
+        def __init__(self, member_id: str) -> None:
+            self.member_id, self.client_id, self.group_instance_id = member_id, "c", "w-1"
+
+    pauses: list[float] = []
+    ours, theirs = M("ours"), M("theirs")
+    # Only our own member holds the id: no rival, once the join wait has passed.
+    assert live_rival(lambda: [ours], "w-1", {"ours"}, 0, 0.0, lambda: False,
+                      pauses.append) is None
+    # Another member holds it, and is still there a session timeout (+2 s) later: a rival.
+    clock = iter(range(0, 100))
+    import writer.fencing as fencing
+
+    monkeypatch.setattr(fencing.time, "monotonic", lambda: float(next(clock)))
+    assert live_rival(lambda: [theirs], "w-1", {"ours"}, 1000, 5.0, lambda: False,
+                      pauses.append) is theirs
+    assert pauses, "the watch paused between looks"
