@@ -36,6 +36,7 @@ so a crash mid-append is never replayed as garbage.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -105,6 +106,7 @@ class Spool:
         self._fd: int | None = None
         self._lock_fd: int | None = None
         self._index: deque[tuple[int, int]] = deque()  # (start, end) of unacked frames
+        self._torn = False  # a failed append may have left a partial frame past _size
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -239,6 +241,8 @@ class Spool:
         """Append entries in order and fsync once; they are durable when this returns."""
         if self._fd is None:
             raise SpoolError("spool is not open")
+        if self._torn:
+            self._cut_torn()
         frames = [_frame(k, v) for k, v in items]
         data = b"".join(frames)
         try:
@@ -249,13 +253,30 @@ class Spool:
             # reading it back needs), without the timestamps a full fsync also writes.
             _datasync(self._fd)
         except OSError as e:
-            # A partial frame may be on disk; the next open quarantines it.
+            # A partial frame may be on disk, past the end the index knows. The file is open
+            # O_APPEND, so the next frames would land after it while the index placed them at
+            # the known end: every later read would be out of frame (a chaos run's "disk
+            # full" resent 190 garbage captures and lost the real ones). Cut it off now, or
+            # before the next append; a crash in between leaves it to the next open's
+            # quarantine.
+            self._torn = True
+            with contextlib.suppress(SpoolError):
+                self._cut_torn()
             raise SpoolError(f"cannot append to spool {self.directory}: {e}") from e
         pos = self._size
         for f in frames:
             self._index.append((pos, pos + len(f)))
             pos += len(f)
         self._size = pos
+
+    def _cut_torn(self) -> None:
+        """Truncate the file back to its last whole frame (after a failed append)."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError as e:
+            raise SpoolError(f"cannot cut a torn append off spool {self.directory}: {e}") from e
+        self._torn = False
 
     def peek(self, max_entries: int = 500, max_bytes: int = 16 * 1024 * 1024) -> list[SpoolEntry]:
         """The oldest unacknowledged entries, in append order (at least one if any)."""

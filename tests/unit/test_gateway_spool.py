@@ -141,3 +141,42 @@ def test_an_ack_the_disk_refuses_gives_nothing_up(tmp_path, monkeypatch):
         monkeypatch.undo()
         s.ack(2)
         assert [e.value for e in s.peek()] == [b"v2"]
+
+
+def test_an_append_the_disk_cuts_short_leaves_the_next_ones_readable(tmp_path):
+    """A full disk (here RLIMIT_FSIZE, as the chaos run's fault) lets an append write part of a
+    frame. The next appends must still be read back as written: the file is open O_APPEND, so
+    without cutting the partial frame off they landed after it while the index placed them at
+    the old end, and every later read was out of frame (a chaos run resent 190 garbage
+    captures and lost the real ones). Run in a process of its own: the limit is per process."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from evidence_client import Spool
+        from evidence_client.errors import SpoolError
+        s = Spool({str(tmp_path)!r}).open()
+        s.append_many([(b"k%d" % i, b"v" * 1000) for i in range(5)])
+        size = s.pending_bytes
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1500, hard))  # room for 1.5 frames
+        try:
+            s.append_many([(b"full-%d" % i, b"w" * 1000) for i in range(3)])
+            sys.exit("the append past the limit did not fail")
+        except SpoolError:
+            pass
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        s.append_many([(b"after-%d" % i, b"x" * 1000) for i in range(3)])
+        got = [(e.key.decode(), len(e.value)) for e in s.peek()]
+        s.close()
+        again = Spool({str(tmp_path)!r}).open()
+        print(got == [(e.key.decode(), len(e.value)) for e in again.peek()], again.torn_bytes)
+        print(got)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    same, got = out.stdout.splitlines()
+    assert got == repr([(f"k{i}", 1000) for i in range(5)] + [(f"after-{i}", 1000) for i in range(3)])
+    assert same == "True 0", "reopened, the spool reads the same and finds nothing torn"
