@@ -679,18 +679,27 @@ def test_a_live_rival_with_our_identity_ends_the_writer_with_exit_3(caplog):
     assert_gapless_chain(f.sealed(), ids + more)
 
 
-def test_a_generic_fatal_error_is_named_by_the_error_callback_and_a_rival_ends_the_writer(caplog):
-    """A fenced producer fails the produce in progress with a bare _FATAL; the fencing itself
-    reaches the error callback in the next poll."""
+def _a_rival_and_a_bare_fatal_produce(holds_the_id: bool = True) -> tuple["Fakes", FakeConsumer]:
+    """A writer that sealed a batch; a rival consumer with its group.instance.id (alive and
+    heartbeating as the id's holder, unless ``holds_the_id`` is false: it has not joined yet);
+    the writer's next produce fails with a bare _FATAL, as a fenced producer's does."""
     f = Fakes()
     f.start()
     f.captures(1)
     f.step()
     rival = FakeConsumer(f.cluster, {"group.id": CONFIG.group_id, "client.id": "other",
                                      "group.instance.id": CONFIG.instance_id})
-    f.cluster.static[(CONFIG.group_id, CONFIG.instance_id)] = rival  # alive, heartbeating
+    if holds_the_id:
+        f.cluster.static[(CONFIG.group_id, CONFIG.instance_id)] = rival
     f.captures(1)
     f.producer.fail("produce", kafka_error(KafkaError._FATAL, fatal=True))
+    return f, rival
+
+
+def test_a_generic_fatal_error_is_named_by_the_error_callback_and_a_rival_ends_the_writer(caplog):
+    """A fenced producer fails the produce in progress with a bare _FATAL; the fencing itself
+    reaches the error callback in the next poll."""
+    f, rival = _a_rival_and_a_bare_fatal_produce()
     f.producer.report.append(kafka_error(KafkaError._FENCED, fatal=True))
     caplog.set_level(logging.INFO, logger="evidence.writer")
     assert f.run_until(lambda: False) == EXIT_FENCED
@@ -704,15 +713,7 @@ def test_a_fencing_event_queued_after_the_failed_call_still_names_it(caplog):
     produce in progress can fail before a poll(0) would see the event (seen in CI: the
     fenced writer healed, fenced its rival back, and the two took turns). The writer waits
     for the event a little; a rival then ends it."""
-    f = Fakes()
-    f.start()
-    f.captures(1)
-    f.step()
-    rival = FakeConsumer(f.cluster, {"group.id": CONFIG.group_id, "client.id": "other",
-                                     "group.instance.id": CONFIG.instance_id})
-    f.cluster.static[(CONFIG.group_id, CONFIG.instance_id)] = rival
-    f.captures(1)
-    f.producer.fail("produce", kafka_error(KafkaError._FATAL, fatal=True))
+    f, rival = _a_rival_and_a_bare_fatal_produce()
     f.producer.report.append(kafka_error(KafkaError._FENCED, fatal=True))
     f.producer.report_after_polls = 3
     caplog.set_level(logging.INFO, logger="evidence.writer")
@@ -727,14 +728,7 @@ def test_a_fencing_only_the_consumer_reports_still_names_it(caplog):
     rival's consumer, joining with our group.instance.id, fences our intake consumer, whose
     fatal error only a consume serves. The writer serves both while it waits; a rival then
     ends it rather than a reconnect that would fence the rival back."""
-    f = Fakes()
-    f.start()
-    f.captures(1)
-    f.step()
-    rival = FakeConsumer(f.cluster, {"group.id": CONFIG.group_id, "client.id": "other",
-                                     "group.instance.id": CONFIG.instance_id})
-    f.captures(1)
-    f.producer.fail("produce", kafka_error(KafkaError._FATAL, fatal=True))
+    f, rival = _a_rival_and_a_bare_fatal_produce(holds_the_id=False)
     poll = f.producer.poll
 
     def rival_joins_after_the_failed_produce(timeout: float = 0) -> int:
