@@ -27,9 +27,10 @@ What a failure means:
 - Fencing (``FencedError``) is not proof of a second writer (:mod:`writer.fencing` says why):
   the fenced writer closes its clients and watches the group without fencing anyone back. A
   live rival holding our ``group.instance.id``, or ``FENCINGS_FOR_RIVAL`` fencings within
-  ``FENCING_WINDOW_S`` (:class:`~writer.fencing.Fencings`), and the writer exits with :data:`EXIT_FENCED` (3): a supervisor must
-  not restart it into a fencing war. Otherwise it heals (the watch takes ``fencing_wait_s``, a
-  session timeout more when a stale member of ours lingers).
+  ``FENCING_WINDOW_S`` (:class:`~writer.fencing.Fencings`), and the writer exits with
+  :data:`EXIT_FENCED` (3): a supervisor must not restart it into a fencing war. Otherwise it
+  heals (the watch takes ``fencing_wait_s``, a session timeout more when a stale member of
+  ours lingers).
 - ``StateMismatchError`` (writer-state disagreeing with the log: corruption) exits 1.
 """
 
@@ -55,6 +56,7 @@ from writer.errors import (
     WriterError,
     WriterKafkaError,
 )
+from writer.fencing import Fencings, describe, live_rival
 from writer.kafka_io import (
     TIMEOUT_S,
     Consumer,
@@ -65,6 +67,7 @@ from writer.kafka_io import (
     TopicPartition,
     bounded,
     check_topics_of,
+    consume_batch,
     consumer_config,
     is_fatal,
     kafka_errors,
@@ -73,7 +76,6 @@ from writer.kafka_io import (
     stable_committed,
     translate,
 )
-from writer.fencing import Fencings, describe, live_rival
 from writer.log_key import load_log_key
 from writer.loop import CALL_DEADLINE_S, SealLoop
 from writer.metrics import WriterMetrics
@@ -294,12 +296,7 @@ class WriterService:
         if consumer is None:
             return
         try:
-            with kafka_errors("consume", consumer=True):
-                msgs = consumer.consume(1, 0.05)
-            for m in msgs:
-                err = m.error()
-                if err is not None and is_fatal(err):
-                    raise translate(err, "consume", consumer=True)
+            consume_batch(consumer, 1, 0, 0.05)
         except FencedError as err:
             self._failure = self._failure or err
         except Exception:  # noqa: BLE001 - anything else: the caller heals anyway
