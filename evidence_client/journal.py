@@ -3,7 +3,8 @@ gets there first.
 
 A finished capture is put on the journal's pending list and committed: encoded
 (:mod:`~evidence_client.encoder`), appended to the own spool with one fsync for everything
-pending, and its :class:`Durable` released. Who commits:
+pending, and its :class:`Durable` released (a capture the disk refuses is released once Kafka
+has acknowledged it instead: :mod:`~evidence_client.tracking`). Who commits:
 
 - a sync call whose capture must be on disk before it returns (``durability="before_return"``)
   commits on its own thread when no one else is writing (it is the *leader*): a lone call
@@ -59,7 +60,8 @@ class Durable:
     """The answer to "is my capture on disk yet?" for one call.
 
     :meth:`wait` (or, on an event loop, :meth:`wait_async`) returns once the capture is
-    fsync'd in the spool, after at most ``timeout`` s; a capture still not on disk then is
+    fsync'd in the spool (or, the disk refusing it, acknowledged by Kafka), after at most
+    ``timeout`` s; a capture still not on disk then is
     counted (``metrics.slow_durable``) and the call goes on, its capture still pending."""
 
     __slots__ = ("_event", "_timeout", "_metrics", "_waiters")
@@ -150,6 +152,12 @@ class Journal:
                     raise queue.Full
         self._pending.append((item, durable))
 
+    def put_back(self, entries: list[Tracked]) -> None:
+        """The sender thread's own captures (a truncated copy, one the disk refused before):
+        pending at once, whatever ``max_pending``: they were counted when their calls ended,
+        and the thread that commits must not wait for itself."""
+        self._pending.extend((e, None) for e in entries)
+
     def lead(self, durable: Durable) -> None:
         """On a call's own thread, after :meth:`put`: commit unless a commit is under way
         (then its leader, or the sender, takes this capture), at most a few batches; then
@@ -206,13 +214,24 @@ class Journal:
                 batch += self._take()
         with self._space:
             self._space.notify_all()
-        entries = [e for e in map(self._encode, (item for item, _ in batch)) if e is not None]
+        entries = []
+        for item, durable in batch:
+            e = self._encode(item)
+            if e is None:  # nothing to keep (counted and logged by the encoder)
+                if durable is not None:
+                    durable.set()
+                continue
+            if durable is not None:
+                e.durable = durable
+            entries.append(e)
+        # Before the sender can see them (written): a capture the disk refuses keeps its
+        # call waiting until Kafka has it (tracking), whichever thread gets there first.
         if entries:
             ok = self._append(entries)
             self.written.append((entries, ok))
-        for _, durable in batch:
-            if durable is not None:
-                durable.set()
+            if ok:
+                for e in entries:
+                    e.settle()
         return len(batch)
 
     def _encode(self, item: Exchange | Tracked) -> Tracked | None:
@@ -222,9 +241,13 @@ class Journal:
         try:
             self.spool.append_many([(e.key, e.value) for e in entries])  # type: ignore[misc]
         except SpoolError:
-            self._metrics.add("unspooled", len(entries))
-            log.exception("spool write failed: %d captures are sent from memory only and are "
-                          "lost if this process dies first: %s", len(entries),
+            first = [e for e in entries if e.spooled]  # not refused before (a retry)
+            for e in first:
+                e.spooled = False
+            self._metrics.add("unspooled", len(first))
+            log.exception("spool write failed: %d captures are sent from memory, and their "
+                          "calls wait for Kafka's acknowledgement instead (a process that "
+                          "dies before it loses them): %s", len(entries),
                           ", ".join(e.event_id for e in entries))
             return False
         self.last_append = time.monotonic()

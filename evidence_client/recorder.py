@@ -44,7 +44,9 @@ acknowledgement gives a capture up: the spool's delivered prefix is acknowledged
 100 ms. So a process killed at any moment has lost no capture of a call that returned (under
 ``before_return``): its spool is an orphan that a live Recorder adopts and resends (a capture
 sent twice is absorbed by the writer, by event id). The spool is the one order of a
-Recorder's captures, and every send follows it.
+Recorder's captures, and every send follows it. A capture the disk refuses (full) is sent from
+memory, its call waiting for Kafka's acknowledgement instead, and offered to the spool again
+each time Kafka fails it (:mod:`~evidence_client.tracking`).
 
 A direct delivery that fails with a retriable error, a full producer queue, or librdkafka
 reporting all brokers down makes the Recorder *degraded*: new captures then wait on disk only,

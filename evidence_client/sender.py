@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from .capture import Exchange
@@ -39,7 +40,7 @@ from .orphans import Orphans, Report
 from .producer import RETRY, TOO_LARGE, IntakeProducer
 from .settings import RecorderSettings
 from .spool import keep_undeliverable, new_spool
-from .tracking import Backoff, Tracked, Tracker
+from .tracking import DONE, PENDING, Backoff, Tracked, Tracker
 
 __all__ = ["Durable", "Sender"]
 
@@ -167,6 +168,8 @@ class Sender:
         if (self.producer.fatal is not None and self.tracker.inflight == 0
                 and not self.orphans.resending):
             self._replace_producer()
+        if self.tracker.respool:  # Kafka failed captures the disk had refused: try it again
+            self._respool()
         self.tracker.ack(force=False)                             # 3
         self.orphans.claim(when_due=True)                         # 4
         if self.orphans.busy:                                     # 5
@@ -199,9 +202,16 @@ class Sender:
     def _append(self, entries: list[Tracked]) -> None:
         """Write ``entries`` (made on this thread) through the journal and track them."""
         assert self.journal is not None
-        for e in entries:
-            self.journal.put(e, None)
+        self.journal.put_back(entries)
         self.take_new()
+
+    def _respool(self) -> None:
+        """Offer the journal the captures Kafka failed that the disk had refused: on disk if
+        it takes writes again (then they wait there like any other), else unspooled again,
+        sent from memory at the next produce."""
+        assert self.tracker is not None
+        entries, self.tracker.respool = self.tracker.respool, []
+        self._append(entries)
 
     def _send(self, key: bytes, value: bytes, report: Report) -> None:
         self.producer.produce(self._topic, key, value, report)
@@ -281,7 +291,8 @@ class Sender:
     def _settled(self) -> bool:
         assert self.tracker is not None and self.orphans is not None
         return (not len(self.journal or ()) and self.tracker.inflight == 0
-                and not self.tracker.unspooled and not self.orphans.resending
+                and not self.tracker.unspooled and not self.tracker.respool
+                and not self.orphans.resending
                 and (self.metrics.pending == 0 or self.backoff.waiting()))
 
     def _shutdown(self) -> None:
@@ -298,6 +309,29 @@ class Sender:
         self.take_new()
         self._shutdown_quietly()
 
+    def _keep_what_is_in_memory(self) -> None:
+        """At close: the captures the disk refused and Kafka does not have go to the spool,
+        for the next Recorder on this root, if the disk takes them now; else they are lost,
+        each counted and logged with its event id."""
+        t = self.tracker
+        assert t is not None
+        left = [*t.respool, *(e for e in t.unspooled if e.state == PENDING)]
+        t.respool, t.unspooled = [], deque()
+        if not left:
+            return
+        try:
+            self._append(left)
+        except Exception:  # noqa: BLE001 - counted below, as lost
+            log.exception("writing the captures kept in memory to the spool failed")
+        lost = t.unspooled
+        t.unspooled = deque()
+        for e in lost:
+            e.state = DONE
+            e.settle()
+            self.metrics.add("failed")
+            log.error("capture %s is lost: neither Kafka nor the disk took it before the "
+                      "Recorder closed", e.event_id)
+
     def _shutdown_quietly(self) -> None:
         assert self.tracker is not None and self.orphans is not None
         # 2. Fail whatever is still queued or in flight in the producer: those entries stay
@@ -310,6 +344,7 @@ class Sender:
                     break
         except Exception:  # noqa: BLE001
             log.exception("purging the producer failed")
+        self._keep_what_is_in_memory()
         # 3. Record what was delivered, then close the spools: an empty own spool is
         #    removed, anything left is an orphan for the next Recorder on this root.
         try:

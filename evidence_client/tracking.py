@@ -12,6 +12,12 @@ A direct delivery that fails with a retriable error makes the tracker *degraded*
 then wait on disk only (their bytes are dropped from memory), and the oldest waiting ones are
 re-sent as one probe batch at a time, paced by a :class:`Backoff`; when a probe gets through,
 everything waiting is sent. Used by the sender thread only (no locks).
+
+A capture the disk refused (full) is *unspooled*: it is sent from memory at once, and the call
+that made it waits for Kafka's acknowledgement instead of the fsync (its :attr:`Tracked.durable`
+is released on delivery). Should Kafka fail it too, it is never given up: it goes back to the
+journal (:attr:`Tracker.respool`), to the spool if the disk takes writes again, else to be sent
+from memory once more.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ProducerError, SpoolError
 from .metrics import Metrics
@@ -50,6 +57,15 @@ class Tracked:
     spooled: bool = True
     state: str = PENDING
     waited: bool = False  # not delivered at its first attempt: counted in metrics.spooled
+    durable: Any = None
+    """The call's :class:`~evidence_client.journal.Durable` while the capture is neither on
+    disk nor acknowledged by Kafka (the disk refused it); released by :meth:`settle`."""
+
+    def settle(self) -> None:
+        """The capture is safe (on disk, delivered) or dealt with for good: its call goes on."""
+        durable, self.durable = self.durable, None
+        if durable is not None:
+            durable.set()
 
 
 class Backoff:
@@ -79,7 +95,8 @@ class Backoff:
 
 class Tracker:
     """The own spool and its mirror: the unacknowledged captures in spool order, those the
-    disk refused (``unspooled``: sent from memory only), and whether delivery is healthy."""
+    disk refused (``unspooled``: to be sent from memory), those of them Kafka failed
+    (``respool``: for the journal again), and whether delivery is healthy."""
 
     def __init__(self, spool: Spool, metrics: Metrics, backoff: Backoff,
                  lock: "threading.Lock | None" = None) -> None:
@@ -88,6 +105,7 @@ class Tracker:
         """Held while the spool is read or acknowledged: the journal appends under it."""
         self.entries: deque[Tracked] = deque()
         self.unspooled: deque[Tracked] = deque()
+        self.respool: list[Tracked] = []
         self.inflight = 0
         self.degraded = False
         self.pending = 0  # entries not done, as of the last append or acknowledgement
@@ -100,13 +118,15 @@ class Tracker:
     def track(self, entries: list[Tracked], spooled: bool) -> None:
         """Follow ``entries``, just written to the spool in this order by the journal
         (:mod:`~evidence_client.journal`); ``spooled=False``: the disk refused them, so they
-        are sent from memory only."""
+        are sent from memory (and their calls wait for Kafka)."""
         if not spooled:
             for e in entries:
                 e.spooled = False
                 self.unspooled.append(e)
             return
         for e in entries:
+            e.spooled = True  # an unspooled capture the disk took on a later try
+            e.settle()
             if self.degraded:
                 e.value = None  # re-read from the spool when resent: memory stays bounded
                 e.waited = True
@@ -155,6 +175,7 @@ class Tracker:
         if e.spooled and e.state == PENDING:
             self._sendable -= 1
         e.state = DONE
+        e.settle()
 
     def delivered(self, e: Tracked, err: ProducerError | None) -> ProducerError | None:
         """Record ``e``'s delivery report; returns ``err`` when Kafka will never take ``e``
@@ -164,6 +185,7 @@ class Tracker:
         self._probe.discard(id(e))
         if err is None:
             e.state, e.value = DONE, None
+            e.settle()
             self._metrics.add("resent" if e.waited else "delivered")
             if probing and not self._probe:
                 self.degraded = False  # the probe got through
@@ -178,10 +200,12 @@ class Tracker:
             self._probe.clear()
         self.degraded = True
         if not e.spooled:
-            self._metrics.add("failed")
-            log.error("capture %s is lost: Kafka failed it and it is not on disk (%s)",
-                      e.event_id, err)
-            e.state = DONE
+            # Neither on disk nor in Kafka: back to the journal, for the spool if the disk
+            # takes writes again, else to be sent from memory once more.
+            log.warning("capture %s was not delivered (%s) and is not on disk: offered to "
+                        "the spool again", e.event_id, err)
+            e.state = PENDING
+            self.respool.append(e)
             return None
         e.state, e.value = PENDING, None
         self._sendable += 1

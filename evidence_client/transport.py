@@ -150,8 +150,10 @@ class _Call:
                 self._on_error(e)
 
     def settle(self) -> None:
-        """Wait until the capture is durable (write-ahead: the call returns after it)."""
-        d = self._durable
+        """Wait until the capture is durable (write-ahead: the call returns after it), once:
+        a call that settles again (its body read, then closed) does not wait out the timeout
+        a second time."""
+        d, self._durable = self._durable, None
         if d is not None and not d.ready:
             try:
                 d.wait()
@@ -160,7 +162,7 @@ class _Call:
 
     async def asettle(self) -> None:
         """:meth:`settle` without blocking the event loop."""
-        d = self._durable
+        d, self._durable = self._durable, None
         if d is not None and not d.ready:
             try:
                 if hasattr(d, "wait_async"):

@@ -619,3 +619,80 @@ def test_the_sender_does_not_wait_forever_for_a_write_that_holds_the_spool(tmp_p
         assert s.sender.take_new() == 0 and not d.ready  # gave up after its bounded wait
         s.sender.tracker.ack(force=True)  # nor does an acknowledgement
     assert s.sender.take_new() == 1 and d.ready and s.appends == [1]
+
+
+# -- a full disk ---------------------------------------------------------------------------
+
+@pytest.fixture
+def disk(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """Every spool's appends fail while ``disk["full"]``, as on a full disk."""
+    state = {"full": False}
+    append = Spool.append_many
+
+    def append_many(self: Spool, items: list[tuple[bytes, bytes]]) -> None:
+        if state["full"]:
+            raise evidence_client.SpoolError("No space left on device (test)")
+        append(self, items)
+
+    monkeypatch.setattr(Spool, "append_many", append_many)
+    return state
+
+
+def test_on_a_full_disk_a_call_returns_once_kafka_has_its_capture(tmp_path, disk):
+    fake = FakeProducer()
+    r = _recorder(tmp_path, fake)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    disk["full"] = True
+    for i in range(5):
+        _call(client, b'{"n":%d}' % i)
+        # not on disk: the call waited for Kafka instead, so a kill now loses nothing
+        assert len(fake.delivered) == i + 1
+    m = r.metrics.snapshot()
+    assert (m["unspooled"], m["delivered"], m["slow_durable"]) == (5, 5, 0)
+    r.close()
+
+
+def test_on_a_full_disk_a_call_kafka_does_not_answer_goes_on_after_durable_timeout(tmp_path,
+                                                                                     disk):
+    r = _recorder(tmp_path, SilentProducer(), durable_timeout_ms=50)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    disk["full"] = True
+    _call(client, b'{"n":0}')
+    assert r.metrics.snapshot()["slow_durable"] == 1  # counted, and the call went on
+    r.close(timeout=0.2)
+
+
+def test_a_capture_neither_disk_nor_kafka_took_is_kept_until_one_does(tmp_path, disk):
+    down = {"on": True}
+    fake = FakeProducer(fail=lambda v: KafkaError._MSG_TIMED_OUT if down["on"] else None)
+    r = _recorder(tmp_path, fake, durable_timeout_ms=50)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    disk["full"] = True
+    for i in range(3):
+        _call(client, b'{"n":%d}' % i)
+    # Kafka failed them again and again: each time they were offered to the disk and sent
+    # from memory once more; none was given up.
+    _wait(lambda: fake.pending == [] and r.metrics.snapshot()["slow_durable"] == 3)
+    assert r.metrics.snapshot()["failed"] == 0 and scan(tmp_path / "spool") == []
+    disk["full"] = False  # the disk takes writes again: they wait there now, safe from a kill
+    _wait(lambda: len(scan(tmp_path / "spool")) == 3)
+    down["on"] = False
+    _wait(lambda: len(fake.delivered) == 3, timeout=10)
+    r.close()
+    m = r.metrics.snapshot()
+    assert (m["unspooled"], m["failed"]) == (3, 0)
+    assert sorted(decode(v)[1]["request_bytes"] for _, v in fake.delivered) == [
+        b'{"n":%d}' % i for i in range(3)]
+
+
+def test_at_close_a_capture_only_in_memory_goes_to_the_spool_if_the_disk_takes_it(tmp_path,
+                                                                                   disk):
+    r = _recorder(tmp_path, SilentProducer(), durable_timeout_ms=50)
+    client = r.http_client(transport=httpx2.MockTransport(_handler))
+    disk["full"] = True
+    _call(client, b'{"n":0}')
+    disk["full"] = False
+    r.close(timeout=0.2)  # Kafka never answered: purged at close, written to the spool
+    assert [decode(e.value)[1]["request_bytes"] for e in scan(tmp_path / "spool")] == [
+        b'{"n":0}']
+    assert r.metrics.snapshot()["failed"] == 0
