@@ -10,7 +10,8 @@
 #      | the Python packages (uv, $PYSTAMP), then the layer contract (lint-imports), then
 #        | Kafka, PostgreSQL and the topics (devstack up --no-services)
 #        | the bytecode caches (below)
-#   3. the services (devstack up), which run the native paths built in 2
+#   3. the services (devstack up), which run the native paths built in 2, once those and the
+#      stack are there (the caches and the browser may still be at work)
 #
 # The bytecode caches: each of pytest's parallel workers imports every test module, and pytest
 # rewrites each module's asserts on import unless it finds the result cached in __pycache__;
@@ -31,6 +32,21 @@ LOGS=build/setup
 PACKAGES=$(for d in */; do [ -f "$d/__init__.py" ] && printf '%s ' "${d%/}"; done)
 mkdir -p "$LOGS"
 
+T0=$(date +%s)
+
+# run NAME COMMAND...: COMMAND in the background, its output held in $LOGS/NAME.log, which
+# ends with the exit code and the second of the set-up the step ended at.
+run() {
+    name=$1
+    shift
+    {
+        "$@"
+        rc=$?
+        echo "[set-up] $name: exit $rc at $(( $(date +%s) - T0 )) s"
+        exit "$rc"
+    } > "$LOGS/$name.log" 2>&1 &
+}
+
 # finish NAME PID: wait for a background step, print its output, and say whether it failed.
 finish() {
     wait "$2"
@@ -42,40 +58,50 @@ finish() {
     return "$rc"
 }
 
+warm_bytecode() {
+    env -u PYTHONDONTWRITEBYTECODE "$PY" -m compileall -q -j 0 $PACKAGES \
+        && env -u PYTHONDONTWRITEBYTECODE "$PY" -m pytest --collect-only -q -p no:cacheprovider
+}
+
 "$MAKE" --no-print-directory "$VENVSTAMP" || exit 1
-sh tools/browser_setup.sh > "$LOGS/browser.log" 2>&1 &
+run browser sh tools/browser_setup.sh
 browser=$!
 # The native crates are the longest step (about 65 s of CPU, most of it one crate's compile
-# after another's) and the services wait for them, so they run at full priority; the bytecode
-# warm-up below, which nothing waits for until pytest starts, is the step that is niced. (With
-# pip, which waits on the network, cargo was the niced one; with uv a niced cargo ended last,
-# 15 s after everything else.)
-"$MAKE" --no-print-directory "$NATIVESTAMP" > "$LOGS/native.log" 2>&1 &
+# after another's) and the services wait for them; with pip, which mostly waited on the network,
+# cargo ran niced, but with uv a niced cargo ended last.
+run native "$MAKE" --no-print-directory "$NATIVESTAMP"
 native=$!
 
 failed=0
+bytecode=
 if "$MAKE" --no-print-directory "$PYSTAMP" && "$(dirname "$PY")/lint-imports"; then
     # The broker the whole suite shares runs with the C1-only JIT of the brokers the tests
     # start (tests/conftest.py): on the suite's short, varied load it took a quarter less CPU
     # than with C2 (60 -> 46 s over two and a half minutes), and the suite is bound by CPU.
     # Only a broker this starts: one that already runs (`make up`) is left as it is.
-    EVIDENCE_KAFKA_JVM_OPTS="${EVIDENCE_KAFKA_JVM_OPTS--XX:TieredStopAtLevel=1}" \
-        "$PY" -m devstack up --no-services > "$LOGS/stack.log" 2>&1 &
+    run stack env EVIDENCE_KAFKA_JVM_OPTS="${EVIDENCE_KAFKA_JVM_OPTS--XX:TieredStopAtLevel=1}" \
+        "$PY" -m devstack up --no-services
     stack=$!
-    {
-        env -u PYTHONDONTWRITEBYTECODE nice -n 10 "$PY" -m compileall -q -j 0 $PACKAGES \
-            && env -u PYTHONDONTWRITEBYTECODE nice -n 10 "$PY" -m pytest --collect-only -q \
-                -p no:cacheprovider
-    } > "$LOGS/bytecode.log" 2>&1 &
+    run bytecode warm_bytecode
     bytecode=$!
     finish stack "$stack" || failed=1
-    # Only a cache: if it fails, the suite runs without it (and reports any real collection
-    # error itself).
-    wait "$bytecode" || echo "warning: warming the bytecode caches failed (see $LOGS/bytecode.log)" >&2
 else
     failed=1
 fi
 finish native "$native" || failed=1
+# The services as soon as what they run is installed and the stack is up; the caches and the
+# browser may still be at work meanwhile (pytest needs them, the services do not).
+if [ "$failed" = 0 ] && "$MAKE" --no-print-directory "$STAMP"; then
+    "$PY" -m devstack up || failed=1
+else
+    failed=1
+fi
+# Only a cache: if it fails, the suite runs without it (and reports any real collection error
+# itself).
+if [ -n "$bytecode" ]; then
+    wait "$bytecode" || echo "warning: warming the bytecode caches failed (see $LOGS/bytecode.log)" >&2
+    tail -n 1 "$LOGS/bytecode.log"
+fi
 finish browser "$browser" || failed=1
-[ "$failed" = 0 ] && "$MAKE" --no-print-directory "$STAMP" || exit 1
-exec "$PY" -m devstack up
+echo "[set-up] done at $(( $(date +%s) - T0 )) s"
+exit "$failed"
