@@ -652,27 +652,36 @@ def test_on_a_full_disk_a_call_returns_once_kafka_has_its_capture(tmp_path, disk
     r.close()
 
 
-def test_on_a_full_disk_a_call_kafka_does_not_answer_goes_on_after_durable_timeout(tmp_path,
-                                                                                     disk):
-    r = _recorder(tmp_path, SilentProducer(), durable_timeout_ms=50)
+def _calls_on_a_full_disk(tmp_path: Path, disk: dict[str, bool], producer: FakeProducer,
+                          n: int) -> Recorder:
+    """A Recorder whose calls wait at most 50 ms, and ``n`` calls made while its disk is full."""
+    r = _recorder(tmp_path, producer, durable_timeout_ms=50)
     client = r.http_client(transport=httpx2.MockTransport(_handler))
     disk["full"] = True
-    _call(client, b'{"n":0}')
+    for i in range(n):
+        _call(client, b'{"n":%d}' % i)
+    return r
+
+
+def test_on_a_full_disk_a_call_kafka_does_not_answer_goes_on_after_durable_timeout(tmp_path,
+                                                                                     disk):
+    r = _calls_on_a_full_disk(tmp_path, disk, SilentProducer(), 1)
     assert r.metrics.snapshot()["slow_durable"] == 1  # counted, and the call went on
     r.close(timeout=0.2)
 
 
 def test_a_capture_neither_disk_nor_kafka_took_is_kept_until_one_does(tmp_path, disk):
-    down = {"on": True}
-    fake = FakeProducer(fail=lambda v: KafkaError._MSG_TIMED_OUT if down["on"] else None)
-    r = _recorder(tmp_path, fake, durable_timeout_ms=50)
-    client = r.http_client(transport=httpx2.MockTransport(_handler))
-    disk["full"] = True
-    for i in range(3):
-        _call(client, b'{"n":%d}' % i)
-    # Kafka failed them again and again: each time they were offered to the disk and sent
-    # from memory once more; none was given up.
-    _wait(lambda: fake.pending == [] and r.metrics.snapshot()["slow_durable"] == 3)
+    down, tries = {"on": True}, []
+
+    def fail(value: bytes) -> int | None:
+        tries.append(value)
+        return KafkaError._MSG_TIMED_OUT if down["on"] else None
+
+    fake = FakeProducer(fail=fail)
+    r = _calls_on_a_full_disk(tmp_path, disk, fake, 3)
+    # Kafka failed each again and again: each time it was offered to the disk and sent from
+    # memory once more; none was given up.
+    _wait(lambda: len(tries) >= 9)
     assert r.metrics.snapshot()["failed"] == 0 and scan(tmp_path / "spool") == []
     disk["full"] = False  # the disk takes writes again: they wait there now, safe from a kill
     _wait(lambda: len(scan(tmp_path / "spool")) == 3)
@@ -687,10 +696,7 @@ def test_a_capture_neither_disk_nor_kafka_took_is_kept_until_one_does(tmp_path, 
 
 def test_at_close_a_capture_only_in_memory_goes_to_the_spool_if_the_disk_takes_it(tmp_path,
                                                                                    disk):
-    r = _recorder(tmp_path, SilentProducer(), durable_timeout_ms=50)
-    client = r.http_client(transport=httpx2.MockTransport(_handler))
-    disk["full"] = True
-    _call(client, b'{"n":0}')
+    r = _calls_on_a_full_disk(tmp_path, disk, SilentProducer(), 1)
     disk["full"] = False
     r.close(timeout=0.2)  # Kafka never answered: purged at close, written to the spool
     assert [decode(e.value)[1]["request_bytes"] for e in scan(tmp_path / "spool")] == [
