@@ -406,7 +406,8 @@ def _summary(result: dict[str, Any]) -> str:
     # A call in flight when its load process was killed -9 may be sealed (it was spooled or
     # sent) without ever returning to the application: sealed, not submitted, not lost.
     in_flight = result["sealed"] - result["duplicated"] - result["submitted"]
-    extra = f" ({in_flight} from calls in flight in killed load processes)" if in_flight else ""
+    # (Fewer sealed than submitted is no such thing: those are the lost, counted below.)
+    extra = f" ({in_flight} from calls in flight in killed load processes)" if in_flight > 0 else ""
     if result["recovered_at_end"]:
         extra += f"; {result['recovered_at_end']} delivered from spools left at the end"
     if result.get("broker_faults"):

@@ -15,9 +15,10 @@ COUNTERS = ("captured", "delivered", "spooled", "resent", "adopted", "truncated"
 class Metrics:
     """Counters of one Recorder. ``captured`` counts calls whose CaptureEvent was built;
     every capture is written to the spool before its call returns (``unspooled`` counts those
-    the disk refused: their calls waited for Kafka instead), and each ends up ``delivered`` (at its first attempt), ``spooled`` (it
-    waited in the spool for Kafka) and later ``resent``, ``undeliverable`` (refused by Kafka
-    for good, kept under ``undeliverable/``), or ``failed`` (lost, logged with its event id).
+    the disk refused: their calls waited for Kafka instead), and each ends up ``delivered``
+    (at its first attempt), ``spooled`` (it waited in the spool for Kafka) and later
+    ``resent``, ``undeliverable`` (refused by Kafka for good, kept under ``undeliverable/``),
+    or ``failed`` (lost, logged with its event id).
     ``slow_durable`` counts calls that went on before their capture was on disk
     (``durable_timeout_ms``). ``truncated`` counts captures sent without their bodies (size
     policy); ``adopted`` those of ``resent`` that came from the orphaned spools of other
