@@ -61,8 +61,8 @@ class Durable:
 
     :meth:`wait` (or, on an event loop, :meth:`wait_async`) returns once the capture is
     fsync'd in the spool (or, the disk refusing it, acknowledged by Kafka), after at most
-    ``timeout`` s; a capture still not on disk then is
-    counted (``metrics.slow_durable``) and the call goes on, its capture still pending."""
+    ``timeout`` s; a capture still not safe then is counted (``metrics.slow_durable``) and
+    the call goes on, its capture still pending."""
 
     __slots__ = ("_event", "_timeout", "_metrics", "_waiters")
 
@@ -246,8 +246,8 @@ class Journal:
                 e.spooled = False
             self._metrics.add("unspooled", len(first))
             log.exception("spool write failed: %d captures are sent from memory, and their "
-                          "calls wait for Kafka's acknowledgement instead (a process that "
-                          "dies before it loses them): %s", len(entries),
+                          "calls wait for Kafka's acknowledgement instead (lost only if this "
+                          "process dies before Kafka or the disk takes them): %s", len(entries),
                           ", ".join(e.event_id for e in entries))
             return False
         self.last_append = time.monotonic()
