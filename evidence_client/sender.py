@@ -40,7 +40,7 @@ from .orphans import Orphans, Report
 from .producer import RETRY, TOO_LARGE, IntakeProducer
 from .settings import RecorderSettings
 from .spool import keep_undeliverable, new_spool
-from .tracking import DONE, PENDING, Backoff, Tracked, Tracker
+from .tracking import DONE, Backoff, Tracked, Tracker
 
 __all__ = ["Durable", "Sender"]
 
@@ -315,7 +315,7 @@ class Sender:
         each counted and logged with its event id."""
         t = self.tracker
         assert t is not None
-        left = [*t.respool, *(e for e in t.unspooled if e.state == PENDING)]
+        left = [*t.respool, *t.unspooled]  # neither is in flight after the purge
         t.respool, t.unspooled = [], deque()
         if not left:
             return

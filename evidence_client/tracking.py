@@ -118,15 +118,12 @@ class Tracker:
     def track(self, entries: list[Tracked], spooled: bool) -> None:
         """Follow ``entries``, just written to the spool in this order by the journal
         (:mod:`~evidence_client.journal`); ``spooled=False``: the disk refused them, so they
-        are sent from memory (and their calls wait for Kafka)."""
+        are sent from memory (and their calls wait for Kafka; the journal marked them)."""
         if not spooled:
-            for e in entries:
-                e.spooled = False
-                self.unspooled.append(e)
+            self.unspooled.extend(entries)
             return
         for e in entries:
             e.spooled = True  # an unspooled capture the disk took on a later try
-            e.settle()
             if self.degraded:
                 e.value = None  # re-read from the spool when resent: memory stays bounded
                 e.waited = True
