@@ -32,6 +32,14 @@ that cannot work is a ``SettingsError`` naming its variable. Why the batching de
   its linger ends. Off by default: on a quiet machine, 100 ms lowered neither the CPU a
   capture at 1k/s nor at 5k/s and raised p99 at 5k/s from ~1 s to 3-7 s (two alternating
   pairs of quick bench runs, docs/performance.md "CPU per capture").
+- ``fetch_wait_ms=20``: how long the broker holds the intake consumer's fetch for more
+  captures (``fetch.wait.max.ms``, with ``fetch.min.bytes`` 512 KiB: writer.kafka_io). Under
+  load the bytes fill a fetch first; below that rate every fetch waits this long, so a lone
+  capture waits at most this much more, and an idle writer asks its partitions' leaders
+  1000/this times a second. Each of those empty fetches costs the broker: 2.4% of a core for
+  one idle consumer at 20 ms, 0.8% at 100 ms, 0.1% at 500 ms (a lone broker, measured on the
+  development machine). Raise it where many writers sit idle on a shared cluster and a
+  quiet capture may take that much longer to seal.
 
 Why the takeover settings are what they are (a writer killed -9 beside a live one in its group;
 docs/sizing.md, "Scale-out"). The survivor has sealed the dead writer's partitions' next
@@ -84,6 +92,9 @@ default): how long after its timeout a dead writer's transaction may still be op
 TRANSACTION_TIMEOUT_MS = (5_000, 900_000)
 """The accepted range: above the writer's longest transaction (see the module docstring),
 at most the brokers' default ``transaction.max.timeout.ms`` (15 min)."""
+FETCH_WAIT_MAX_MS = 1000
+"""The longest intake fetch wait accepted: past Kafka's own default (500 ms), a quiet capture
+would wait seconds to be sealed."""
 SESSION_TIMEOUT_MS = (1, 300_000)
 """The accepted range: positive, at most the consumer's ``max.poll.interval.ms`` (300 s); the
 brokers refuse less than their ``group.min.session.timeout.ms`` (6 s by default)."""
@@ -108,6 +119,9 @@ class WriterConfig:
     transaction_interval_ms: int = 0  # off: measured, pacing raised p99 at 5k/s (performance.md)
     """Under load, the shortest time between the starts of two transactions (module
     docstring); 0 paces nothing."""
+    fetch_wait_ms: int = 20
+    """The longest the broker holds an intake fetch that has less than 512 KiB for it
+    (module docstring)."""
     dedup_window_s: int = 7 * DAY_S
     dedup_max_ids: int = 1_000_000
     """Per partition; bounds memory and the start-up scan of the log."""
@@ -172,6 +186,10 @@ class WriterConfig:
         if not 0 <= self.transaction_interval_ms <= 10_000:
             raise SettingsError("EVIDENCE_WRITER_TRANSACTION_INTERVAL_MS must be between 0 and "
                                 "10000 (a capture waits up to this long in the writer)")
+        if not 1 <= self.fetch_wait_ms <= FETCH_WAIT_MAX_MS:
+            raise SettingsError(f"EVIDENCE_WRITER_FETCH_WAIT_MS {self.fetch_wait_ms} must be "
+                                f"between 1 and {FETCH_WAIT_MAX_MS} (a quiet capture waits up "
+                                f"to this long for its fetch)")
         if self.dedup_window_s < 1 or self.dedup_max_ids < 1:
             raise SettingsError("the dedup window must be positive in time and count "
                                 "(EVIDENCE_WRITER_DEDUP_WINDOW_S, EVIDENCE_WRITER_DEDUP_MAX_IDS)")
@@ -206,6 +224,7 @@ _ENV = {
     "batch_max_messages": ("EVIDENCE_WRITER_BATCH_MAX_MESSAGES", int),
     "batch_linger_ms": ("EVIDENCE_WRITER_BATCH_LINGER_MS", int),
     "transaction_interval_ms": ("EVIDENCE_WRITER_TRANSACTION_INTERVAL_MS", int),
+    "fetch_wait_ms": ("EVIDENCE_WRITER_FETCH_WAIT_MS", int),
     "dedup_window_s": ("EVIDENCE_WRITER_DEDUP_WINDOW_S", int),
     "dedup_max_ids": ("EVIDENCE_WRITER_DEDUP_MAX_IDS", int),
     "transaction_timeout_ms": ("EVIDENCE_WRITER_TRANSACTION_TIMEOUT_MS", int),

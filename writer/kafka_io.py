@@ -74,7 +74,6 @@ READ_DEADLINE_S = 120.0  # reading one partition of writer-state or the log to i
 STABLE_ASK_S = 2.0  # one ask for stable committed offsets; asked again until the caller's wait
 MAX_POLL_INTERVAL_MS = 300_000
 FETCH_MIN_BYTES = 512 * 1024  # the intake consumer's fetches (consumer_config)
-FETCH_WAIT_MS = 20
 
 ErrorCallback = Callable[[KafkaError], None]
 T = TypeVar("T")
@@ -226,11 +225,12 @@ def consumer_config(cfg: WriterConfig, error_cb: ErrorCallback,
         # Fewer, fuller fetches: by default a fetch returns as soon as one byte is there, so
         # under load the consumer asked the broker once per producer batch that landed (the
         # gateways' 5 ms lingers: hundreds of fetches a second at 5k captures/s). A fetch now
-        # waits for FETCH_MIN_BYTES or FETCH_WAIT_MS, whichever comes first: at most 50 a
-        # second, and a lone capture waits at most FETCH_WAIT_MS more, inside the batch's
-        # linger and transaction_interval_ms (writer.config).
+        # waits for FETCH_MIN_BYTES or fetch_wait_ms (20 by default), whichever comes first:
+        # at most 50 a second, and a lone capture waits at most fetch_wait_ms more, beside
+        # the batch's linger and transaction_interval_ms (writer.config, which also says
+        # what the empty fetches of an idle writer cost the broker).
         "fetch.min.bytes": FETCH_MIN_BYTES,
-        "fetch.wait.max.ms": FETCH_WAIT_MS,
+        "fetch.wait.max.ms": cfg.fetch_wait_ms,
         "error_cb": error_cb,
     }
 

@@ -11,6 +11,7 @@ import pytest
 from server.settings import SettingsError
 from tests.unit.test_writer_shell import Fakes, assert_gapless_chain
 from writer.config import WriterConfig
+from writer.kafka_io import consumer_config
 from writer.loop import IDLE_WAIT_S
 
 pytestmark = pytest.mark.timeout(30)
@@ -87,3 +88,16 @@ def test_the_interval_is_read_from_its_variable():
     cfg = WriterConfig.from_env({"EVIDENCE_WRITER_TRANSACTION_INTERVAL_MS": "0"})
     assert cfg.transaction_interval_ms == 0
     assert WriterConfig.from_env({}).transaction_interval_ms == 0  # off unless asked
+
+
+@pytest.mark.parametrize("value", ["0", "1001", "x"])
+def test_a_fetch_wait_that_cannot_work_is_refused_naming_its_variable(value):
+    with pytest.raises(SettingsError, match="EVIDENCE_WRITER_FETCH_WAIT_MS"):
+        WriterConfig.from_env({"EVIDENCE_WRITER_FETCH_WAIT_MS": value})
+
+
+def test_the_intake_consumer_waits_as_long_as_its_variable_says():
+    assert consumer_config(WriterConfig.from_env({}), print)["fetch.wait.max.ms"] == 20
+    cfg = WriterConfig.from_env({"EVIDENCE_WRITER_FETCH_WAIT_MS": "250"})
+    conf = consumer_config(cfg, print)
+    assert (conf["fetch.wait.max.ms"], conf["fetch.min.bytes"]) == (250, 512 * 1024)
