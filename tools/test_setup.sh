@@ -15,7 +15,7 @@
 # test starts the services it drives, on topics and schemas of its own, and none reads what the
 # stack's services make. Left running idle beside the suite they cost it about 40 s of CPU
 # (most of it the broker answering their consumers' empty fetches: an idle consumer with the
-# writer's 20 ms fetch wait took 2.4% of a core of the broker, measured here) and 13 s of
+# writer's 20 ms fetch wait took 2.4-3.8% of a core of the broker, measured here) and 13 s of
 # set-up. `make up` starts them, before or after `make test`.
 #
 # The bytecode caches: each of pytest's parallel workers imports every test module, and pytest
