@@ -72,8 +72,8 @@ warm_bytecode() {
 run browser sh tools/browser_setup.sh
 browser=$!
 # The native crates are the longest step (about 65 s of CPU, most of it one crate's compile
-# after another's) and the tests' services run them; with pip, which mostly waited on the network,
-# cargo ran niced, but with uv a niced cargo ended last.
+# after another's), and the services the tests start run them. With pip, which mostly waited
+# on the network, cargo ran niced, but with uv a niced cargo ended last.
 run native "$MAKE" --no-print-directory "$NATIVESTAMP"
 native=$!
 

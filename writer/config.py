@@ -36,10 +36,10 @@ that cannot work is a ``SettingsError`` naming its variable. Why the batching de
   captures (``fetch.wait.max.ms``, with ``fetch.min.bytes`` 512 KiB: writer.kafka_io). Under
   load the bytes fill a fetch first; below that rate every fetch waits this long, so a lone
   capture waits at most this much more, and an idle writer asks its partitions' leaders
-  1000/this times a second. Each of those empty fetches costs the broker: 2.4–3.8% of a
-  core for one idle consumer at 20 ms, 0.8% at 100 ms, 0.1–0.35% at 500 ms (a lone broker,
-  two runs of ``python -m bench.idle_fetch`` on the development machine). Raise it where many writers sit idle on a shared cluster and a
-  quiet capture may take that much longer to seal.
+  1000/this times a second. Those empty fetches cost the broker 2.4–3.8% of a core for one
+  idle consumer at 20 ms, 0.8% at 100 ms and 0.1–0.35% at 500 ms (a lone broker, two runs of
+  ``python -m bench.idle_fetch`` on the development machine). Raise it where many writers
+  sit idle on a shared cluster and a quiet capture may take that much longer to seal.
 
 Why the takeover settings are what they are (a writer killed -9 beside a live one in its group;
 docs/sizing.md, "Scale-out"). The survivor has sealed the dead writer's partitions' next
