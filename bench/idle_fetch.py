@@ -141,14 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--waits {args.waits!r}: milliseconds, comma-separated")
     if not waits or args.consumers < 1 or args.seconds <= 0:
         ap.error("give at least one wait, one consumer and a positive --seconds")
+    from bench.run import stack_pids
     from devstack import StackConfig, read_env
-    from devstack.config import pid_alive, read_pid
 
-    cfg = StackConfig.from_env()
-    bootstrap = args.bootstrap or {**read_env(cfg), **os.environ}.get(
+    bootstrap = args.bootstrap or {**read_env(StackConfig.from_env()), **os.environ}.get(
         "EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    pid = args.broker_pid or read_pid(cfg.kafka_dir / "pid")
-    if pid is None or not pid_alive(pid):
+    pid = args.broker_pid or stack_pids().get("kafka")
+    if pid is None:
         ap.error("no broker of the dev stack runs here (make up); give --broker-pid")
     rows = measure(bootstrap, pid, waits, args.consumers, args.seconds, args.partitions,
                    lambda m: print(m, file=sys.stderr, flush=True))

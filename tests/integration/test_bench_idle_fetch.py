@@ -16,11 +16,10 @@ pytestmark = pytest.mark.integration
 def test_the_idle_fetch_bench_counts_the_brokers_cpu_per_wait_and_cleans_up(
         kafka_bootstrap, capsys):
     from bench.idle_fetch import main
-    from devstack import StackConfig
-    from devstack.config import pid_alive, read_pid
+    from bench.run import stack_pids
 
-    pid = read_pid(StackConfig.from_env().kafka_dir / "pid")
-    assert pid is not None and pid_alive(pid), "the suite's broker runs here (devstack)"
+    pid = stack_pids().get("kafka")
+    assert pid is not None, "the suite's broker runs here (devstack)"
     topics_before = set(AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(
         timeout=10).topics)
 
