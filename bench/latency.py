@@ -94,9 +94,11 @@ WAIT_MS = 1000
 
 
 def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
-              spool_dir: str, start_at: float, results: Any) -> None:
+              spool_dir: str, start_at: float, results: Any,
+              recorder_options: Mapping[str, Any] | None = None) -> None:
     """In a gateway process: submit ``n`` exchanges at ``rate`` from wall time ``start_at``;
-    put (stream, sent wall times, sent wall µs, offered seconds)."""
+    put (stream, sent wall times, sent wall µs, offered seconds, CPU seconds).
+    ``recorder_options``: more arguments for the Recorder."""
     json_text = "x" * 900
     response = json.dumps({"id": "bench", "object": "chat.completion", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": json_text},
@@ -104,7 +106,7 @@ def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
     sent = [0.0] * n
     sent_wall_us = [0] * n
     recorder = Recorder(bootstrap, stream, topic_prefix=prefix, spool_dir=Path(spool_dir),
-                        close_timeout=10)
+                        close_timeout=10, **dict(recorder_options or {}))
     recorder.start()
     try:
         results.put(("ready", stream))

@@ -24,6 +24,15 @@ the sender's acknowledgements and re-reads never meet an append. What was writte
 fsync wait out the rest of it for more to share the next fsync: fewer fsyncs under load, for
 that much latency a call. Without it a Recorder still makes one fsync for all the captures
 that finished while the previous one ran.
+
+A capture no call waits for (``durability="after_return"``, or :meth:`Recorder.submit` whose
+:class:`Durable` nobody waits on) is not worth an fsync of its own: the sender commits such
+captures once the oldest has waited ``unwaited_commit_ms`` (default 5), or at once when a call
+starts to wait on one of them (:meth:`Durable.wait` hurries the journal), when a capture a call
+does wait for joins them, or when a full batch is pending. A gateway submitting 1,700 captures
+a second made an fsync for every 1.1 of them, each costing its process ~130 µs of kernel time;
+with the window it makes one for every ~8. The window is how long after its call returned an
+unwaited capture may still be only in memory: what a process killed then loses.
 """
 
 from __future__ import annotations
@@ -64,13 +73,17 @@ class Durable:
     ``timeout`` s; a capture still not safe then is counted (``metrics.slow_durable``) and
     the call goes on, its capture still pending."""
 
-    __slots__ = ("_event", "_timeout", "_metrics", "_waiters")
+    __slots__ = ("_event", "_timeout", "_metrics", "_waiters", "watched", "_on_watch")
 
-    def __init__(self, timeout: float, metrics: Metrics) -> None:
+    def __init__(self, timeout: float, metrics: Metrics, *, watched: bool = False,
+                 on_watch: Callable[[], None] | None = None) -> None:
         self._event = threading.Event()
         self._timeout = timeout
         self._metrics = metrics
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.watched = watched
+        """A call waits (or will) for this capture: the journal commits it without delay."""
+        self._on_watch = on_watch
 
     def set(self) -> None:
         self._event.set()
@@ -89,7 +102,18 @@ class Durable:
     def ready(self) -> bool:
         return self._event.is_set()
 
+    def _watch(self) -> None:
+        """Someone waits from now on: a capture the journal was letting wait for company is
+        committed now."""
+        if not self.watched:
+            self.watched = True
+            if self._on_watch is not None:
+                self._on_watch()
+
     def wait(self) -> bool:
+        if self._event.is_set():
+            return True
+        self._watch()
         if self._event.wait(self._timeout):
             return True
         self._slow()
@@ -102,6 +126,7 @@ class Durable:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._waiters.append((loop, fut))
+        self._watch()
         if self._event.is_set():  # set between the check and the append: set() missed it
             _resolve(fut)
         try:
@@ -124,7 +149,7 @@ class Journal:
 
     def __init__(self, spool: Spool, encoder: CaptureEncoder, metrics: Metrics, *,
                  max_pending: int, max_block_ms: int, group_commit_ms: float,
-                 wake: Callable[[], None]) -> None:
+                 unwaited_commit_ms: float = 0.0, wake: Callable[[], None]) -> None:
         self.spool = spool
         self.lock = threading.Lock()
         self.written: deque[tuple[list[Tracked], bool]] = deque()
@@ -137,20 +162,46 @@ class Journal:
         self._max_pending = max_pending
         self._max_block = max_block_ms / 1000
         self._linger = group_commit_ms / 1000
+        self._window = unwaited_commit_ms / 1000
+        self._since = 0.0  # monotonic time the oldest pending capture was put
+        self._hurry = False  # a capture pending is waited for
         self._wake = wake
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def put(self, item: Exchange | Tracked, durable: Durable | None) -> None:
-        """Add a capture to the pending list; raises ``queue.Full`` when ``max_pending``
-        captures still wait after ``max_block_ms``."""
+    def put(self, item: Exchange | Tracked, durable: Durable | None) -> bool:
+        """Add a capture to the pending list; returns whether the committer should be woken
+        for it (it is waited for, it starts a window of unwaited ones, or a batch is full).
+        Raises ``queue.Full`` when ``max_pending`` captures still wait after
+        ``max_block_ms``."""
         if len(self._pending) >= self._max_pending:
             with self._space:
                 if not self._space.wait_for(lambda: len(self._pending) < self._max_pending,
                                             self._max_block):
                     raise queue.Full
+        first = not self._pending
+        if first:
+            self._since = time.monotonic()
         self._pending.append((item, durable))
+        if durable is not None and durable.watched:
+            self._hurry = True
+            return True
+        return first or not self._window or len(self._pending) >= TAKE_BATCH
+
+    def hurry(self) -> None:
+        """A call now waits for a pending capture: :meth:`due_in` is 0 until the next take."""
+        self._hurry = True
+
+    def due_in(self) -> float:
+        """Seconds until what is pending must be committed: 0 when a call waits for any of
+        it, when a batch is full or the oldest has waited ``unwaited_commit_ms``; infinite
+        when nothing is pending."""
+        if not self._pending:
+            return float("inf")
+        if self._hurry or not self._window or len(self._pending) >= TAKE_BATCH:
+            return 0.0
+        return max(0.0, self._since + self._window - time.monotonic())
 
     def put_back(self, entries: list[Tracked]) -> None:
         """The sender thread's own captures (a truncated copy, one the disk refused before):
@@ -183,9 +234,11 @@ class Journal:
         """Write everything pending, waiting up to ``timeout`` s for a commit under way
         first (the sender's way); returns how many captures were taken. A commit that holds
         the lock longer (a call's thread stopped in a signal handler that closes the
-        Recorder) is left to finish them: the sender does not wait for it forever."""
+        Recorder) is left to finish them: the sender does not wait for it forever. After
+        the first batch, only what is due (:meth:`due_in`): captures no call waits for that
+        came during an fsync wait for company."""
         n = 0
-        while self._pending:
+        while self._pending and (n == 0 or self.due_in() <= 0):
             if not self.lock.acquire(timeout=timeout):
                 break
             try:
@@ -195,6 +248,9 @@ class Journal:
         return n
 
     def _take(self) -> list[Pending]:
+        # Before the take: a call that starts to wait during it hurries the next commit
+        # (cleared after, its hurry could be lost and its capture wait out the window).
+        self._hurry = False
         batch: list[Pending] = []
         pending = self._pending
         while pending and len(batch) < TAKE_BATCH:

@@ -38,8 +38,9 @@ while the previous one ran: group commit), and only then produced. With
 to the application (at most ``durable_timeout_ms``): a lone sync call writes its own capture on
 its thread, an async call waits for the sender thread's write without blocking its loop. With
 ``durability="after_return"`` the call returns at once and the sender thread writes the capture
-right after: a process killed in between loses it. ``group_commit_ms`` (default 0) makes a
-batch that found company within that time of the last fsync wait for more. Kafka's
+within ``unwaited_commit_ms`` (default 5: the captures no call waits for share an fsync): a
+process killed in between loses it. ``group_commit_ms`` (default 0) makes a batch that found
+company within that time of the last fsync wait for more. Kafka's
 acknowledgement gives a capture up: the spool's delivered prefix is acknowledged at most every
 100 ms. So a process killed at any moment has lost no capture of a call that returned (under
 ``before_return``): its spool is an orphan that a live Recorder adopts and resends (a capture
@@ -161,6 +162,7 @@ class Recorder:
         durable_timeout_ms: int = 5_000,
         durability: str = BEFORE_RETURN,
         group_commit_ms: float = 0.0,
+        unwaited_commit_ms: float = 5.0,
         orphan_scan_s: float = 10.0,
         close_timeout: float = 30.0,
         producer_config: dict[str, Any] | None = None,
@@ -178,7 +180,7 @@ class Recorder:
             delivery_timeout_ms=delivery_timeout_ms, max_block_ms=max_block_ms,
             max_pending=max_pending, max_verbatim_bytes=max_verbatim_bytes,
             durable_timeout_ms=durable_timeout_ms, durability=durability,
-            group_commit_ms=group_commit_ms,
+            group_commit_ms=group_commit_ms, unwaited_commit_ms=unwaited_commit_ms,
             orphan_scan_s=orphan_scan_s, close_timeout=close_timeout,
             producer_config=producer_config, host=host, content_policy=content_policy,
             key_store=key_store, key_cache_s=key_cache_s, key_clock=key_clock,
@@ -271,7 +273,7 @@ class Recorder:
         if self._after_return:
             sink = self._submit_after_return
         elif asynchronous:  # its loop must not wait in an fsync: the sender writes
-            sink = self.submit
+            sink = self._submit_awaited
         else:
             sink = self._submit_and_lead
         return cls(inner, stream, self.settings.request_policy, sink,
@@ -334,22 +336,29 @@ class Recorder:
         """Hand a finished exchange to be written ahead (by the sender thread) and sent.
         Never raises; waits at most ``max_block_ms`` when ``max_pending`` captures are
         already waiting. Returns the capture's :class:`Durable`: waiting on it returns once
-        the capture is on disk."""
+        the capture is on disk. Until something waits on it, the capture may wait up to
+        ``unwaited_commit_ms`` for others to share its fsync."""
         return self._submit(exchange, lead=False)
+
+    def _submit_awaited(self, exchange: Exchange) -> Durable:
+        """The async capture transports' sink under ``durability="before_return"``: the
+        sender thread writes the capture, without delay (the call awaits it)."""
+        return self._submit(exchange, lead=False, watched=True)
 
     def _submit_and_lead(self, exchange: Exchange) -> Durable:
         """The sync capture transports' sink under ``durability="before_return"``: the call
         waits for its capture anyway, so it writes it on its own thread when no other write
         is under way (no hand-off to the sender thread and back)."""
-        return self._submit(exchange, lead=True)
+        return self._submit(exchange, lead=True, watched=True)
 
     def _submit_after_return(self, exchange: Exchange) -> None:
         """The capture transports' sink under ``durability="after_return"``: nothing to
         wait for."""
         self._submit(exchange, lead=False)
 
-    def _submit(self, exchange: Exchange, *, lead: bool) -> Durable:
-        durable = Durable(self.settings.durable_timeout_ms / 1000, self.metrics)
+    def _submit(self, exchange: Exchange, *, lead: bool, watched: bool = False) -> Durable:
+        durable = Durable(self.settings.durable_timeout_ms / 1000, self.metrics,
+                          watched=watched, on_watch=self._sender.hurry)
         try:
             if self._sender.thread is None:
                 self.start()

@@ -71,6 +71,7 @@ class RecorderSettings:
     durable_timeout_ms: int = 5_000
     durability: str = BEFORE_RETURN
     group_commit_ms: float = 0.0
+    unwaited_commit_ms: float = 5.0
     orphan_scan_s: float = 10.0
     close_timeout: float = 30.0
     producer_config: Mapping[str, Any] | None = None
@@ -116,9 +117,10 @@ class RecorderSettings:
                 raise ConfigError(f"{name} must be a positive int, not {value!r}")
         if not _is_number(self.close_timeout) or self.close_timeout < 0:
             raise ConfigError("close_timeout must be >= 0")
-        if not _is_number(self.group_commit_ms) or not 0 <= self.group_commit_ms <= 1000:
-            raise ConfigError(f"group_commit_ms must be a number of ms from 0 to 1000, "
-                              f"not {self.group_commit_ms!r}")
+        for name in ("group_commit_ms", "unwaited_commit_ms"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0 <= value <= 1000:
+                raise ConfigError(f"{name} must be a number of ms from 0 to 1000, not {value!r}")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"durability must be one of {DURABILITIES}, "
                               f"not {self.durability!r}")

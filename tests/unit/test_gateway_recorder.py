@@ -415,6 +415,13 @@ def test_group_commit_ms_is_checked(tmp_path):
     assert Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path).group_commit_ms == 0.0
 
 
+def test_unwaited_commit_ms_is_checked(tmp_path):
+    for bad in (-1, 1001, "5", True, float("nan")):
+        with pytest.raises(ConfigError, match="unwaited_commit_ms"):
+            Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path, unwaited_commit_ms=bad)
+    assert Recorder("127.0.0.1:1", "acme:unit", spool_dir=tmp_path).unwaited_commit_ms == 5.0
+
+
 def test_durability_is_checked(tmp_path):
     for bad in ("fsync", None, 1):
         with pytest.raises(ConfigError, match="durability"):
@@ -475,24 +482,26 @@ class _Sender:
                         finished_at=t, duration_us=1, status=200,
                         content_type="application/json", chunks=[b'{"choices":[]}'], eof=True)
 
-    def durable(self) -> Any:
+    def durable(self, watched: bool = False) -> Any:
         from evidence_client.recorder import Durable
 
-        return Durable(1.0, self.recorder.metrics)
+        return Durable(1.0, self.recorder.metrics, watched=watched, on_watch=self.sender.hurry)
 
-    def submit(self, n: int = 1, lead: bool = False) -> list[Any]:
-        """What ``Recorder.submit`` hands over; ``lead``: as a sync call's thread does."""
+    def submit(self, n: int = 1, lead: bool = False, watched: bool = False) -> list[Any]:
+        """What ``Recorder.submit`` hands over; ``lead``: as a sync call's thread does;
+        ``watched``: a call waits for it (a sync or async call under before_return)."""
         out = []
         for _ in range(n):
-            d = self.durable()
+            d = self.durable(watched or lead)
             self.sender.submit(self.exchange(), d, lead=lead)
             out.append(d)
         return out
 
-    def submit_later(self, delay: float) -> Any:
+    def submit_later(self, delay: float, watched: bool = False) -> Any:
         import threading
 
-        t = threading.Thread(target=lambda: (time.sleep(delay), self.submit()), daemon=True)
+        t = threading.Thread(target=lambda: (time.sleep(delay), self.submit(watched=watched)),
+                             daemon=True)
         t.start()
         return t
 
@@ -562,7 +571,7 @@ def test_an_idle_sender_waits_to_be_woken_and_a_submit_wakes_it(tmp_path):
     s = _Sender(tmp_path)
     import threading
 
-    later = s.submit_later(0.1)
+    later = s.submit_later(0.1, watched=True)  # an async call's: it awaits the write
     # Nothing in flight: the step waits to be woken (here up to 60 s), not in the
     # producer's poll; the submit ends the wait, and the capture is durable and produced.
     step = threading.Thread(target=s.sender.step, args=(60.0,), daemon=True)
@@ -573,6 +582,67 @@ def test_an_idle_sender_waits_to_be_woken_and_a_submit_wakes_it(tmp_path):
     assert s.sender.tracker.inflight == 1
     s.sender.step(0.0)  # the delivery report
     assert s.sender.tracker.inflight == 0 and s.recorder.metrics.snapshot()["delivered"] == 1
+
+
+def _step_until(s: "_Sender", done: Any, wait: float = 10.0) -> None:
+    """The sender thread's loop, on this thread, until ``done()`` (at most 200 steps, each
+    waiting up to ``wait`` s to be woken)."""
+    for _ in range(200):
+        if done():
+            return
+        s.sender.step(wait)
+    raise AssertionError("the sender never got there")
+
+
+def test_unwaited_captures_share_an_fsync_until_their_window_ends(tmp_path):
+    s = _Sender(tmp_path, unwaited_commit_ms=200)
+    ds = s.submit(3)  # after_return calls, or submit() with nobody waiting
+    assert s.sender.take_new(0.001) == 0 and s.appends == []  # inside the window: kept
+    # Each step waits at most until the window ends (not the 10 s it is offered), then
+    # writes all three with one fsync.
+    _step_until(s, lambda: s.appends)
+    assert s.appends == [3] and all(d.ready for d in ds)
+
+
+def test_a_call_that_starts_to_wait_on_an_unwaited_capture_has_it_written_now(tmp_path):
+    import threading
+
+    s = _Sender(tmp_path, unwaited_commit_ms=1000)
+    d1, d2 = s.submit(2)
+    assert s.sender.take_new(0.001) == 0 and s.appends == []
+    # Durable.wait() hurries the journal and wakes the sender: written well before the
+    # window's end, both captures with one fsync.
+    waiter = threading.Thread(target=d2.wait, daemon=True)
+    waiter.start()
+    _step_until(s, lambda: s.appends, wait=60.0)
+    waiter.join(20)
+    assert s.appends == [2] and d1.ready and d2.ready and not waiter.is_alive()
+
+
+def test_a_waited_capture_takes_the_unwaited_ones_with_it(tmp_path):
+    s = _Sender(tmp_path, unwaited_commit_ms=1000)
+    unwaited = s.submit(2)
+    (awaited,) = s.submit(watched=True)  # an async call's capture under before_return
+    assert s.sender.take_new(60.0) == 3 and s.appends == [3]
+    assert awaited.ready and all(d.ready for d in unwaited)
+
+
+def test_unwaited_commit_ms_0_writes_every_capture_at_once(tmp_path):
+    s = _Sender(tmp_path, unwaited_commit_ms=0)
+    s.submit(2)
+    assert s.sender.take_new(0.001) == 2 and s.appends == [2]
+
+
+def test_an_async_call_under_before_return_is_not_kept_for_company(tmp_path):
+    s = _recorder(tmp_path, FakeProducer(), unwaited_commit_ms=1000)
+    calls = []
+    s._sender.submit = lambda ex, d, lead: calls.append((d.watched, lead))  # type: ignore
+    s._sender.thread = object()  # type: ignore[assignment]  # started, as far as _submit knows
+    s._submit_awaited(object())  # type: ignore[arg-type]
+    s._submit_and_lead(object())  # type: ignore[arg-type]
+    s._submit_after_return(object())  # type: ignore[arg-type]
+    s.submit(object())  # type: ignore[arg-type]
+    assert calls == [(True, False), (True, True), (False, False), (False, False)]
 
 
 def test_a_full_journal_refuses_after_max_block_ms(tmp_path):

@@ -1,0 +1,138 @@
+"""What does a capture cost the gateway's process? ``python -m bench.gateway_cost``.
+
+One gateway process (``bench.latency._generate``: synthetic finished exchanges with a 1 KiB
+response handed to ``Recorder.submit`` on a fixed schedule, as section 2 of ``make bench``
+offers them) at each ``--rates`` for ``--seconds``, against the dev stack's Kafka, under each
+setting, in the same run and alternating: ``before`` (every capture written at once,
+``unwaited_commit_ms=0``, and the sender's delivery-report tick of 1 ms it had until
+2026-12-04), ``unwaited 0`` (written at once, the 5 ms tick) and ``default`` (the captures
+nobody waits for share an fsync for up to 5 ms). Reports, per setting and rate, the process's
+CPU a capture (user and kernel, from ``os.times`` over the whole process: its sender thread and
+librdkafka's too) and the captures a spool fsync, medians over ``--rounds``, and each
+setting's CPU over ``before``'s, as one JSON document (``--json``) or a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SETTINGS = {
+    "before": {"unwaited_commit_ms": 0.0, "tick_s": 0.001},
+    "unwaited 0": {"unwaited_commit_ms": 0.0, "tick_s": None},
+    "default": {"unwaited_commit_ms": None, "tick_s": None},
+}
+"""Each setting: the Recorder's ``unwaited_commit_ms`` and the sender's report tick (None:
+the current default)."""
+
+
+def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: Any) -> None:
+    """In a fresh process: one gateway under ``setting``; put (CPU µs a capture, kernel µs a
+    capture, captures an fsync)."""
+    import evidence_client.sender as sender
+    import evidence_client.spool as spool
+    from bench.latency import _generate
+
+    chosen = SETTINGS[setting]
+    if chosen["tick_s"] is not None:
+        sender._REPORT_TICK_S = chosen["tick_s"]
+    fsyncs = [0]
+    datasync = spool._datasync
+
+    def counted(fd: int) -> None:
+        fsyncs[0] += 1
+        datasync(fd)
+
+    spool._datasync = counted
+    options = ({} if chosen["unwaited_commit_ms"] is None
+               else {"unwaited_commit_ms": chosen["unwaited_commit_ms"]})
+    results: Any = multiprocessing.Queue()
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as spool_dir:
+        t0 = os.times()
+        _generate(bootstrap, prefix, f"bench:gw-{uuid.uuid4().hex[:8]}", rate, n, spool_dir,
+                  time.time() + 1.0, results, options)
+        t1 = os.times()
+    results.get()  # ready
+    results.get()  # what was sent (this bench needs only the process's CPU)
+    cpu = (t1.user - t0.user) + (t1.system - t0.system)
+    out.put((cpu / n * 1e6, (t1.system - t0.system) / n * 1e6, n / max(1, fsyncs[0])))
+
+
+def measure(bootstrap: str, prefix: str, rates: list[float], seconds: float,
+            rounds: int) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    got: dict[str, dict[float, list[tuple[float, float, float]]]] = {
+        s: {r: [] for r in rates} for s in SETTINGS}
+    for _ in range(rounds):
+        for rate in rates:
+            for setting in SETTINGS:  # alternating, so drift in the machine hits each alike
+                out = ctx.Queue()
+                p = ctx.Process(target=_child, args=(bootstrap, prefix, rate,
+                                                     max(1, int(rate * seconds)), setting, out))
+                p.start()
+                got[setting][rate].append(out.get(timeout=seconds + 120))
+                p.join(60)
+    table = []
+    for rate in rates:
+        base = statistics.median(x[0] for x in got["before"][rate])
+        for setting in SETTINGS:
+            runs = got[setting][rate]
+            cpu = statistics.median(x[0] for x in runs)
+            table.append({"rate": rate, "setting": setting, "cpu_us": round(cpu, 1),
+                          "kernel_us": round(statistics.median(x[1] for x in runs), 1),
+                          "captures_per_fsync": round(statistics.median(x[2] for x in runs), 1),
+                          "vs_before": round(cpu / base, 2)})
+    return {"seconds": seconds, "rounds": rounds, "rows": table}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="500,1700",
+                    help="captures/s one gateway offers, comma-separated (section 2 of make "
+                         "bench gives each gateway at most 2,000)")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--bootstrap", help="Kafka (default: EVIDENCE_KAFKA_BOOTSTRAP, else "
+                                        ".stack/env)")
+    ap.add_argument("--prefix", help="the topic prefix whose intake the gateway produces to "
+                                     "(default: EVIDENCE_TOPIC_PREFIX, else evidence)")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = ap.parse_args(argv)
+    try:
+        rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        ap.error(f"--rates {args.rates!r}: captures a second, comma-separated")
+    if not rates or min(rates) <= 0 or args.seconds <= 0 or args.rounds < 1:
+        ap.error("give at least one positive rate, a positive --seconds and --rounds >= 1")
+    from devstack import StackConfig, read_env
+
+    env = {**read_env(StackConfig.from_env()), **os.environ}
+    bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    prefix = args.prefix or env.get("EVIDENCE_TOPIC_PREFIX", "evidence")
+    result = measure(bootstrap, prefix, rates, args.seconds, args.rounds)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print("| captures/s | setting | CPU µs a capture | of it kernel | captures an fsync | "
+          "CPU / before |")
+    print("|---|---|---|---|---|---|")
+    for r in result["rows"]:
+        print(f"| {r['rate']:,.0f} | {r['setting']} | {r['cpu_us']} | {r['kernel_us']} | "
+              f"{r['captures_per_fsync']} | {r['vs_before']}× |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""``python -m bench.gateway_cost`` against the suite's broker, on topics of its own: one
+gateway process a setting and rate, its CPU and its spool fsyncs counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_gateway_cost_bench_reports_each_setting_beside_the_old_one(
+        kafka_bootstrap, topics, capsys):
+    from bench.gateway_cost import SETTINGS, main
+
+    assert main(["--rates", "100", "--seconds", "1", "--rounds", "1", "--json",
+                 "--bootstrap", kafka_bootstrap, "--prefix", topics.names.prefix]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = result["rows"]
+    assert [(r["rate"], r["setting"]) for r in rows] == [(100.0, s) for s in SETTINGS]
+    for r in rows:
+        assert r["cpu_us"] > 0 and r["kernel_us"] >= 0 and r["captures_per_fsync"] >= 1
+    assert [r["vs_before"] for r in rows][0] == 1.0
+
+
+def test_usage_errors_exit_2():
+    from bench.gateway_cost import main
+
+    for args in (["--rates", "x"], ["--rates", "0"], ["--seconds", "0"], ["--rounds", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        assert e.value.code == 2, args
