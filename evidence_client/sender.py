@@ -53,9 +53,13 @@ _REPORT_TICK_S = 0.005
 delivery reports that arrived meanwhile. Nothing waits on a report but the spool's
 acknowledgement (at most every 100 ms) and, on a full disk, the calls whose captures only
 Kafka holds; a new capture that must be written wakes the sender at once. It was 1 ms: under
-a steady trickle of captures, deliveries are outstanding nearly all the time, and a step every
-millisecond cost a gateway 500 a second of CPU for nothing (``python -m bench.gateway_cost``)."""
-_IDLE_WAIT_S = 0.02
+a steady trickle of captures deliveries are outstanding nearly all the time, and a step every
+millisecond was 1-2% of a gateway's CPU (``python -m bench.gateway_cost``: 0.98-0.99x)."""
+_IDLE_WAIT_S = 0.1
+"""With nothing outstanding, how long the sender waits to be woken before it does its chores
+(the producer's error and log callbacks, the spool's acknowledgement, the orphan scan when
+due). A capture wakes it at once. At 20 ms an idle Recorder used ~9 ms of CPU a second, at
+100 ms ~2.3 (30 s each on the dev stack): a server of many workers has one in each."""
 _CLOSING_WAIT_S = 0.05  # closing, with deliveries outstanding: a wait in the producer's poll
 
 
