@@ -39,8 +39,16 @@ from evidence_contract import content_key, now_micros
 from bench.services import cpu_seconds, host_ticks, steal_pct
 
 
-def _exchange(stream: str, i: int, response: bytes) -> Exchange:
-    request = json.dumps({"model": "bench", "messages": [{"role": "user", "content": f"q{i}"}]}).encode()
+def _request(i: int) -> bytes:
+    """The application's request body of exchange ``i``."""
+    return json.dumps({"model": "bench", "messages": [{"role": "user", "content": f"q{i}"}]}).encode()
+
+
+def _exchange(stream: str, i: int, response: bytes, request: bytes | None = None) -> Exchange:
+    """Exchange ``i`` as the Recorder's transport hands it over: the request body (made by
+    :func:`_request` unless given), its content key, the response."""
+    if request is None:
+        request = _request(i)
     t = now_micros()
     return Exchange(stream=stream, request_policy="VALUE", content_key=content_key(request),
                     request_bytes=request, url="http://127.0.0.1/v1/chat/completions",
@@ -105,6 +113,10 @@ def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
          "finish_reason": "stop"}]}).encode()
     sent = [0.0] * n
     sent_wall_us = [0] * n
+    # The application's request bodies, made before the clock starts: a gateway already holds
+    # the bytes it sends, so their json.dumps is not capture's cost (it was ~15 % of this
+    # process's Python time at 2,000/s).
+    requests = [_request(i) for i in range(n)]
     recorder = Recorder(bootstrap, stream, topic_prefix=prefix, spool_dir=Path(spool_dir),
                         close_timeout=10, **dict(recorder_options or {}))
     recorder.start()
@@ -119,7 +131,7 @@ def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
             now = time.perf_counter()
             if due > now:
                 time.sleep(due - now)
-            ex = _exchange(stream, i, response)
+            ex = _exchange(stream, i, response, requests[i])
             sent[i], sent_wall_us[i] = time.time(), now_micros()
             recorder.submit(ex)
         offered_s = time.perf_counter() - t0
