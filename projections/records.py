@@ -328,15 +328,30 @@ def _summary_sql(gen: str, where: str, bodies: bool) -> str:
 
     Each row's bytes are hashed in the scan, below the sort (``offset 0`` keeps the subquery
     a subquery): sorted as they were, the rows' bytes went through the sort and spilled to
-    disk, a third of a 200k-record rebuild's check."""
+    disk, a third of a 200k-record rebuild's check. A row's served bodies are one ``sha256``
+    over each masked column's length (8 bytes, big-endian; all ones for a null) and bytes
+    (:func:`body_digest_sql`)."""
     order = "order by seq, log_partition, log_offset"
-    cols = " || ".join(
-        f"coalesce(sha256({c}), ''::bytea)" if c != "params" else
-        "coalesce(sha256(convert_to(params, 'UTF8')), ''::bytea)" for c in MASKED)
     body = f", sha256(string_agg(b, ''::bytea {order}))" if bodies else ""
     return (f"select stream, count(*), sha256(string_agg(record_digest, ''::bytea {order})),"
             f" sha256(string_agg(h, ''::bytea {order})){body} "
             f"from (select stream, seq, log_partition, log_offset, record_digest, "
-            f"sha256(record_bytes) as h{f', {cols} as b' if bodies else ''} "
+            f"sha256(record_bytes) as h{f', {body_digest_sql()} as b' if bodies else ''} "
             f'from "{gen}".records where {where} offset 0) as r '
             f"group by stream")
+
+
+def body_digest_sql() -> str:
+    """A ``records`` row's served bodies as one digest, in SQL: ``sha256`` of, per column of
+    :data:`~projections.redact.MASKED` in order, its length as 8 big-endian bytes then its
+    bytes (``params`` as UTF-8), or 8 bytes of ``0xff`` for a null
+    (``projections.summary.body_digest`` in Python). The lengths make it unambiguous: a body
+    moved from one column to another (a response served as an error) changes it. One
+    ``sha256`` a row rather than one a column: the live generation's summary, most of a
+    rebuild's check, took 1.43-1.50 s for 200k rows against 1.70-2.15 s."""
+    parts = []
+    for c in MASKED:
+        v = "convert_to(params, 'UTF8')" if c == "params" else c
+        parts.append(f"coalesce(int8send(octet_length({v})::bigint) || {v}, "
+                     f"'\\xffffffffffffffff'::bytea)")
+    return "sha256(" + " || ".join(parts) + ")"

@@ -5,7 +5,7 @@ A rebuild compares the rebuilt generation with the live one by per-stream summar
 (:mod:`projections.compare`): the count, ``sha256`` of the ``record_digest``s in
 ``(seq, partition, offset)`` order, ``sha256`` of the ``sha256`` of each row's
 ``record_bytes`` in that order, and (under one redaction policy) ``sha256`` of each row's
-masked columns' ``sha256``s. In SQL the rebuilt generation's summary was a scan of every row
+:func:`body_digest` (its masked columns' lengths and bytes, one ``sha256``). In SQL the rebuilt generation's summary was a scan of every row
 it had just written, its bodies read back and decompressed: on a 2-core machine it shared
 the cores with the live generation's scan. :class:`RunningSummaries` folds the same digests
 from the rows the load hands to ``COPY``, in the order they come; the live generation is
@@ -22,18 +22,38 @@ and every rebuild's comparison (a difference would stop its swap) check it.
 from __future__ import annotations
 
 import hashlib
+import struct
 from typing import Any, Iterable
 
 from .columns import RECORD_COLUMNS
 from .redact import MASKED
 
-__all__ = ["RunningSummaries"]
+__all__ = ["RunningSummaries", "body_digest"]
 
 _STREAM, _SEQ, _PART, _OFFSET, _DIGEST, _BYTES = (
     RECORD_COLUMNS.index(c) for c in ("stream", "seq", "log_partition", "log_offset",
                                       "record_digest", "record_bytes"))
 _MASKED = tuple(RECORD_COLUMNS.index(c) for c in MASKED)
 _TEXT = frozenset(RECORD_COLUMNS.index(c) for c in ("params",))  # text: hashed as UTF-8
+_LENGTH = struct.Struct(">q").pack
+_NULL = b"\xff" * 8
+
+
+def body_digest(row: tuple[Any, ...]) -> bytes:
+    """A ``records`` row's served bodies as one digest: ``sha256`` of, per masked column in
+    order, its length (8 bytes, big-endian) and bytes (``params`` as UTF-8), or 8 bytes of
+    ``0xff`` for a null; ``projections.records.body_digest_sql`` computes the same in SQL."""
+    h = hashlib.sha256()
+    for i in _MASKED:
+        v = row[i]
+        if v is None:
+            h.update(_NULL)
+            continue
+        if i in _TEXT:
+            v = v.encode()
+        h.update(_LENGTH(len(v)))
+        h.update(v)
+    return h.digest()
 
 
 class _Stream:
@@ -73,10 +93,7 @@ class RunningSummaries:
             s.chain.update(row[_DIGEST])
             s.hashes.update(sha256(row[_BYTES]).digest())
             if bodies:
-                s.bodies.update(b"".join(
-                    b"" if row[i] is None else
-                    sha256(row[i].encode() if i in _TEXT else row[i]).digest()
-                    for i in _MASKED))
+                s.bodies.update(body_digest(row))
 
     def result(self) -> tuple[dict[str, tuple[int, bytes, bytes]], dict[str, bytes] | None]:
         """``(summaries, bodies)`` as ``RecordStore.summaries`` returns them; only while

@@ -167,6 +167,20 @@ def test_rebuild_that_disagrees_does_not_swap_and_exits_non_zero(projected_log, 
     assert q(cfg, "select count(*) from {m}.accepted_swaps") == [(0,)]
 
 
+def test_a_response_moved_to_the_error_column_is_a_difference(projected_log, capsys):
+    """The same bytes served from another body column (a response served as an error, the
+    record's own bytes untouched) is a difference of the served bodies: the rebuild does not
+    swap (the per-row body digest carries each column's length, not only its hash)."""
+    cfg, _recs, _projector = projected_log
+    old = live(cfg)
+    q(cfg, f'update "{old}".records set error_bytes = response_bytes, response_bytes = null '
+           f"where stream = %s and seq = 9 returning 1", ("a",))
+    assert main(["projections", "rebuild", "--no-progress", *flags(cfg)]) == 3
+    out, _ = capsys.readouterr()
+    assert "stream a: served bodies differ under the same redaction policy" in out, out
+    assert "not swapped" in out and live(cfg) == old
+
+
 def response_of(cfg, stream, seq, schema=None):
     table = f'"{schema}".records' if schema else '"{v}".records'.format(
         v=cfg.views_schema)

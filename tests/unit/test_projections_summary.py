@@ -21,6 +21,21 @@ def _row(stream: str, seq: int, partition: int, offset: int, **values) -> tuple:
     return tuple(cols.get(c) for c in RECORD_COLUMNS)
 
 
+def _body(r: tuple) -> bytes:
+    """A row's served bodies, as the SQL digests them: per masked column its length (8 bytes,
+    big-endian; all ones for a null) and its bytes, one sha256."""
+    col = RECORD_COLUMNS.index
+    out = b""
+    for c in MASKED:
+        v = r[col(c)]
+        if v is None:
+            out += b"\xff" * 8
+            continue
+        v = v.encode("utf-8") if c == "params" else v
+        out += len(v).to_bytes(8, "big") + v
+    return hashlib.sha256(out).digest()
+
+
 def _expected(rows: list[tuple], bodies: bool):
     """What the SQL computes: per stream, rows in (seq, partition, offset) order."""
     col = RECORD_COLUMNS.index
@@ -32,10 +47,7 @@ def _expected(rows: list[tuple], bodies: bool):
                        hashlib.sha256(b"".join(r[col("record_digest")] for r in mine)).digest(),
                        hashlib.sha256(b"".join(hashlib.sha256(r[col("record_bytes")]).digest()
                                                for r in mine)).digest())
-        body[stream] = hashlib.sha256(b"".join(
-            b"".join(b"" if r[col(c)] is None else hashlib.sha256(
-                r[col(c)].encode("utf-8") if c == "params" else r[col(c)]).digest() for c in MASKED)
-            for r in mine)).digest()
+        body[stream] = hashlib.sha256(b"".join(_body(r) for r in mine)).digest()
     return out, body if bodies else None
 
 
@@ -67,3 +79,20 @@ def test_a_row_without_a_record_digest_gives_no_summary():
     s = RunningSummaries(False)
     s.add([_row("a", 1, 0, 0, record_digest=None)])
     assert not s.usable
+
+
+def test_a_body_moved_to_another_column_or_split_differently_changes_the_digest():
+    """The served bodies' digest is unambiguous: the same bytes in another column (a
+    response served as an error), or cut at another place between two columns, differ."""
+    def digest(**values) -> bytes:
+        s = RunningSummaries(True)
+        s.add([_row("a", 1, 0, 0, params=None, **values)])
+        body = s.result()[1]
+        assert body is not None
+        return body["a"]
+
+    as_response = digest(response_bytes=b"the answer", error_bytes=None)
+    assert as_response != digest(response_bytes=None, error_bytes=b"the answer")
+    assert digest(request_bytes=b"ab", response_bytes=b"c") != digest(request_bytes=b"a",
+                                                                       response_bytes=b"bc")
+    assert digest(response_bytes=b"") != digest(response_bytes=None)
