@@ -131,13 +131,13 @@ class _Gen:
                 self.emit(ind, f"if type({v}) is not str:")
                 self.emit(ind + 1, "raise _Mismatch")
             self.emit(ind, f"{b} = {v}.encode('utf-8')")  # a lone surrogate raises
-            self.emit(ind, f"w(varint(len({b})))")
+            self.length(ind, b)
             self.emit(ind, f"w({b})")
         elif t == "bytes":
             if not typed:
                 self.emit(ind, f"if type({v}) is not bytes:")
                 self.emit(ind + 1, "raise _Mismatch")
-            self.emit(ind, f"w(varint(len({v})))")
+            self.length(ind, v)
             self.emit(ind, f"w({v})")
         elif t == "fixed":
             self.named[schema["name"]] = schema
@@ -157,6 +157,13 @@ class _Gen:
             self.record(schema, ind, v)
         else:  # float (its rounding), map, or anything new
             raise _Unsupported(t)
+
+    def length(self, ind: int, v: str) -> None:
+        """Emit the length of string or bytes ``v``: one byte from :data:`_SMALL` below 64 (most
+        of a capture's: ids, digests, names), without a call to :func:`varint`."""
+        n = self.var("n")
+        self.emit(ind, f"{n} = len({v})")
+        self.emit(ind, f"w(_SMALL[{n} << 1] if {n} < 64 else varint({n}))")
 
     def array(self, schema: dict[str, Any], ind: int, v: str, typed: bool) -> None:
         """Emit an array as one block of all its items (none for an empty one), then 0."""

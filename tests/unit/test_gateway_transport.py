@@ -166,3 +166,31 @@ def test_construction_does_no_io_and_the_clients_have_the_sdk_types(tmp_path, mo
     assert not spool.exists()  # nothing opened, no thread, no producer
     r.close()
     assert r.closed
+
+
+_URLS = [
+    "http://127.0.0.1:8000/v1/chat/completions",
+    "https://api.openai.com/v1/chat/completions?api-version=2024-01-01",
+    "https://x.openai.azure.com/openai/deployments/gpt/chat/completions?api-version=1&a=b#frag",
+    "http://user:p%40ss@h:1/p%3Fq/r?x=1#f?g",
+    "http://[::1]:8080/a b?c=d",
+    "https://h/p#only?frag",
+    "https://h/?",
+    "https://h/p?#",
+    "https://éxample.com/päth?q=ü",
+    "http://h/p;params?q",
+]
+
+
+@pytest.mark.parametrize("flavor", ["httpx2", "httpx"])
+@pytest.mark.parametrize("text", _URLS)
+def test_the_recorded_endpoint_is_the_url_without_its_query_as_httpx_makes_it(flavor, text):
+    """What a capture records as its endpoint, from the URL's string form, is exactly what
+    ``url.copy_with(query=None)`` makes of it (the fragment kept), for both flavors."""
+    from evidence_client.transport import _endpoint
+
+    mod = __import__(flavor)
+    url = mod.URL(text)
+    where, has_query = _endpoint(url)
+    assert where == str(url.copy_with(query=None))
+    assert has_query or not url.params  # no query: no api-version to look for

@@ -54,10 +54,12 @@ def _variants(seed):
             for path, v in list(_nullable_paths(schema, e)):
                 if v is not None and rng.random() < 0.3:
                     _set(e, path, None)
-            e["stream"] = rng.choice(["a:b", "ten-ä:chat", "x" * 200, "s:" + "ü" * 30])
+            # lengths either side of 64, where a length's varint grows a second byte
+            e["stream"] = rng.choice(["a:b", "ten-ä:chat", "x" * 200, "s:" + "ü" * 30,
+                                      "y" * 63, "y" * 64, "s:" + "ü" * 31])
             e["request_length"] = rng.choice([0, 1, 63, 64, 127, 128, 2**31 - 1, 2**40])
             e["http_status"] = rng.choice([200, 0, 599, 2**31 - 1, -1])
-            e["request_bytes"] = rng.randbytes(rng.choice([0, 1, 127, 128, 5000]))
+            e["request_bytes"] = rng.randbytes(rng.choice([0, 1, 63, 64, 127, 128, 5000]))
             yield e
 
 
