@@ -114,8 +114,8 @@ def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
     sent = [0.0] * n
     sent_wall_us = [0] * n
     # The application's request bodies, made before the clock starts: a gateway already holds
-    # the bytes it sends, so their json.dumps is not capture's cost (it was ~15 % of this
-    # process's Python time at 2,000/s).
+    # the bytes it sends, so their json.dumps is not capture's cost (~8 % of this process's
+    # CPU a capture at 2,000/s: docs/performance.md, "The gateway's own CPU").
     requests = [_request(i) for i in range(n)]
     recorder = Recorder(bootstrap, stream, topic_prefix=prefix, spool_dir=Path(spool_dir),
                         close_timeout=10, **dict(recorder_options or {}))

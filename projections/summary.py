@@ -5,11 +5,11 @@ A rebuild compares the rebuilt generation with the live one by per-stream summar
 (:mod:`projections.compare`): the count, ``sha256`` of the ``record_digest``s in
 ``(seq, partition, offset)`` order, ``sha256`` of the ``sha256`` of each row's
 ``record_bytes`` in that order, and (under one redaction policy) ``sha256`` of each row's
-:func:`body_digest` (its masked columns' lengths and bytes, one ``sha256``). In SQL the rebuilt generation's summary was a scan of every row
-it had just written, its bodies read back and decompressed: on a 2-core machine it shared
-the cores with the live generation's scan. :class:`RunningSummaries` folds the same digests
-from the rows the load hands to ``COPY``, in the order they come; the live generation is
-still read from its tables.
+:func:`body_digest` (its masked columns' lengths and bytes, one ``sha256``). In SQL the
+rebuilt generation's summary was a scan of every row it had just written, its bodies read
+back and decompressed: on a 2-core machine it shared the cores with the live generation's
+scan. :class:`RunningSummaries` folds the same digests from the rows the load hands to
+``COPY``, in the order they come; the live generation is still read from its tables.
 
 The SQL aggregates each stream's rows in ``(seq, partition, offset)`` order; a load hands
 them in ``(partition, offset)`` order, which is the same for every stream whose seqs rise
