@@ -1,5 +1,5 @@
-"""``evidence_client.journal.Durable``: the answer to "is my capture on disk yet?", whose
-Event is made only when a call waits (most captures are never waited for)."""
+"""``evidence_client.journal.Durable``: the answer to "is my capture on disk yet?", whether a
+call waits in a thread or on an event loop, before or after the release."""
 
 from __future__ import annotations
 
