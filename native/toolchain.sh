@@ -82,10 +82,11 @@ install_cargo() {
     apt-get -o DPkg::Lock::Timeout=600 install -y -q $packages >/dev/null || return 1
 }
 
-# build_native PYTHON CRATE_DIR MODULE USER FALLBACK: pip-install the crate in CRATE_DIR (its
-# wheel built by maturin and cargo) into PYTHON's virtualenv and check MODULE imports. With
-# EVIDENCE_NATIVE=0, MODULE is not built (any stale build uninstalled) and USER takes
-# FALLBACK. No toolchain to be found or installed: an error that says how to get one.
+# build_native PYTHON CRATE_DIR MODULE USER FALLBACK: install the crate in CRATE_DIR (its wheel
+# built by maturin and cargo, with the virtualenv's uv; pip where it has none) into PYTHON's
+# virtualenv and check MODULE imports. With EVIDENCE_NATIVE=0, MODULE is not built (any stale
+# build uninstalled) and USER takes FALLBACK. No toolchain to be found or installed: an error
+# that says how to get one.
 build_native() {
     py=$1 crate=$2 module=$3 user=$4 fallback=$5
     if [ "${EVIDENCE_NATIVE:-}" = 0 ]; then
@@ -103,7 +104,26 @@ build_native() {
     fi
     find_cargo >/dev/null  # again in this shell: the exports of a $(...) are lost
     echo "building $module with $cargo ($("$cargo" --version))"
-    "$py" -m pip install -q --force-reinstall --no-deps "$crate"
+    # The wheel is built apart from the virtualenv, then installed into it. `make test` installs
+    # the Python packages into the same virtualenv while the crates build (tools/test_setup.sh),
+    # and pip's isolated build starts its interpreter on the virtualenv's site-packages: a .pth
+    # of an editable package that uv had written before the module it imports made that build
+    # fail (pip 26.3 empties sys.path while it reads them). uv builds in an environment of its
+    # own, and its install takes the virtualenv's lock, so it waits for the other install.
+    uv=$(dirname "$py")/uv
+    if [ -x "$uv" ]; then
+        wheels=$(mktemp -d)
+        rc=0
+        UV_FIND_LINKS="${UV_FIND_LINKS:-${PIP_FIND_LINKS:-}}" \
+            "$uv" build -q --wheel --out-dir "$wheels" --python "$py" "$crate" || rc=$?
+        if [ "$rc" = 0 ]; then
+            "$uv" pip install -q --python "$py" --no-deps --reinstall "$wheels"/*.whl || rc=$?
+        fi
+        rm -rf "$wheels"
+        [ "$rc" = 0 ] || return "$rc"
+    else
+        "$py" -m pip install -q --force-reinstall --no-deps "$crate"
+    fi
     "$py" -c "import $module" \
         || { echo "$module does not import" >&2; return 1; }
 }
