@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build evidence_rows_native (this crate: the projector's compiled row path) into the
 # virtualenv whose python is $1. The Makefile's $(STAMP) rule runs it, so `make up` and
-# `make test` build it on a fresh clone: pip builds the wheel with maturin (from PyPI, in an
+# `make test` build it on a fresh clone: uv builds the wheel with maturin (from PyPI, in an
 # isolated build environment) and cargo (crates from crates.io, pinned by Cargo.lock).
 #
 # cargo is looked for as native/toolchain.sh looks for it (for every native crate): on PATH,
