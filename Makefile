@@ -96,6 +96,7 @@ chaos: $(STAMP)
 status: $(STAMP)
 	$(if $(BROKERS),EVIDENCE_BROKERS=$(BROKERS)) $(PY) -m devstack status
 
-## lock: refresh constraints.txt from what is installed
+## lock: refresh constraints.txt from what is installed (but this project's own packages: the
+##       editable ones and the native crates, built from this tree)
 lock: $(STAMP)
-	$(PY) -m pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
+	$(PY) -m pip freeze --exclude-editable | grep -v -e '^-e' -e '^evidence-' > constraints.txt
