@@ -15,11 +15,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from audit.errors import AuditError, AuditKafkaError
 from evidence_contract import DecodeError, decode
-from server.kafka import translate, translate_exception
+from server.kafka import CATCH_UP, translate, translate_exception
 
 
-def _consumer(bootstrap: str) -> Consumer:
-    return Consumer({
+def consumer_config(bootstrap: str) -> dict:
+    """The librdkafka settings of a log read's consumer (one per read, never committed)."""
+    return {
         "bootstrap.servers": bootstrap,
         "group.id": f"evidence-audit-{uuid.uuid4().hex[:8]}",  # never committed
         "enable.auto.commit": False,
@@ -27,7 +28,12 @@ def _consumer(bootstrap: str) -> Consumer:
         "enable.partition.eof": True,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 32 * 1024 * 1024,
-    })
+        **CATCH_UP,  # reads whole partitions: no pause at a full queue
+    }
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer(consumer_config(bootstrap))
 
 
 class _Span:

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from server.kafka import kafka_errors, translate
+from server.kafka import CATCH_UP, kafka_errors, translate
 from server.logs import event_logger
 
 from .config import ProjectorConfig
@@ -80,24 +80,29 @@ class LogReader:
         self._all: list[int] = []
         self._failure: BaseException | None = None
 
+    def consumer_config(self) -> dict:
+        """The librdkafka settings of this reader's consumer."""
+        return {
+            "bootstrap.servers": self.cfg.bootstrap,
+            # Never used to commit: positions are in PostgreSQL. Without a group, unique
+            # so that no group coordinator state is shared between readers; with one, it
+            # only splits the partitions between the projectors of one projection.
+            "group.id": self.group or f"evidence-{self.purpose}-{uuid.uuid4().hex[:12]}",
+            # A projector killed -9 gives its partitions up after this (no static
+            # membership: a restarted projector is a new member, and rejoins at once).
+            "session.timeout.ms": self.cfg.group_session_timeout_ms,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+            **CATCH_UP,  # a catch-up or a rebuild reads a backlog: no pause at a full queue
+        }
+
     def start(self, wait_s: float = 60.0) -> "LogReader":
         with _kafka_errors("create consumer"):
-            self._consumer = Consumer({
-                "bootstrap.servers": self.cfg.bootstrap,
-                # Never used to commit: positions are in PostgreSQL. Without a group, unique
-                # so that no group coordinator state is shared between readers; with one, it
-                # only splits the partitions between the projectors of one projection.
-                "group.id": self.group or f"evidence-{self.purpose}-{uuid.uuid4().hex[:12]}",
-                # A projector killed -9 gives its partitions up after this (no static
-                # membership: a restarted projector is a new member, and rejoins at once).
-                "session.timeout.ms": self.cfg.group_session_timeout_ms,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 100,
-            })
+            self._consumer = Consumer(self.consumer_config())
         deadline = time.monotonic() + wait_s
         while True:
             with _kafka_errors("list topics"):

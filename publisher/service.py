@@ -44,6 +44,7 @@ from evidence_contract.tlog import (
     KIND_HEADER, KIND_LOG_CHECKPOINT, KIND_LOG_COSIGNATURE, SIZE_HEADER, WITNESS_HEADER,
 )
 from evidence_contract.tlog import KIND_CHECKPOINT as KIND_ENTRY
+from server.kafka import CATCH_UP
 from server.logs import event_logger
 from server.witnesses import WatchedWitnesses, Witness
 
@@ -105,16 +106,21 @@ class Publisher:
         self.cosignatures = 0
 
     # -- Kafka ------------------------------------------------------------------------------
+    def consumer_config(self) -> dict:
+        """The librdkafka settings of the consumer of the checkpoint topic."""
+        return {
+            "bootstrap.servers": self.cfg.bootstrap,
+            "group.id": f"{self.topic}.publisher",  # never committed: assign() only
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "client.id": "evidence-publisher",
+            **CATCH_UP,  # a restarted publisher reads the checkpoints it missed
+        }
+
     def _kafka(self) -> tuple[Consumer, Producer]:
         if self._consumer is None:
-            c = Consumer({
-                "bootstrap.servers": self.cfg.bootstrap,
-                "group.id": f"{self.topic}.publisher",  # never committed: assign() only
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "client.id": "evidence-publisher",
-            })
+            c = Consumer(self.consumer_config())
             c.assign([TopicPartition(self.topic, 0, self.position)])
             self._consumer = c
         if self._producer is None:
