@@ -3,7 +3,8 @@
 # docker-compose.yml's one-shot init runs ops/compose_init.py from it.
 #
 # Stage 1 builds the compiled paths as wheels, as native/*/build.sh builds them for `make up`
-# (pip builds each crate with maturin from PyPI and the crates pinned by its Cargo.lock):
+# (each crate with maturin from PyPI and the crates pinned by its Cargo.lock; pip here, in an
+# empty build venv, where build.sh uses the project virtualenv's uv):
 # native/seal, the writer's seal path, and native/rows, the projector's row path. Stage 2
 # installs them, and refuses to build an image whose compiled paths do not import or do not
 # agree with the contract, so a Docker deployment seals and decodes as fast as `make up`.
