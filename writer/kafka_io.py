@@ -34,7 +34,6 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from server import kafka as _kafka
-from server.kafka import CATCH_UP
 from server.logs import event_logger
 from topics import TopicSettings, check_topics
 from writer.config import WriterConfig
@@ -203,7 +202,7 @@ def reader_config(cfg: WriterConfig, error_cb: ErrorCallback,
         # Short fetch waits: a fetch parked at the partition end would otherwise hold the
         # connection, and the next watermark query behind it, for 500 ms per read.
         "fetch.wait.max.ms": 10,
-        **CATCH_UP,  # a restore reads whole partitions: no second-long pause at a full queue
+        **_kafka.CATCH_UP,  # a restore reads whole partitions: no pause at a full queue
         "error_cb": error_cb,
     }
 
@@ -239,7 +238,7 @@ def consumer_config(cfg: WriterConfig, error_cb: ErrorCallback,
         # two and a half batches of 5,000 1 KiB captures. The writer's peak RSS sealing 200k
         # of them (bench/seal_rate.py): 138-151 MiB in five runs, against 198-211 MiB in four
         # with the 64 MiB queue at the same rate.
-        **CATCH_UP,
+        **_kafka.CATCH_UP,
         "queued.max.messages.kbytes": QUEUED_KBYTES,
         "error_cb": error_cb,
     }
