@@ -11,6 +11,8 @@ the audit's ``AuditKafkaError``) and passes its class to :func:`translate` or
 are librdkafka's verdict (``retriable``: the same call may succeed if repeated;
 ``txn_requires_abort``: the transaction must be aborted, then the producer is usable again;
 ``fatal``: the client instance is unusable).
+
+It also holds the one consumer setting every component's readers share: :data:`CATCH_UP`.
 """
 
 from __future__ import annotations
