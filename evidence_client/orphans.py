@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from .encoder import event_id_of
-from .errors import ProducerError
+from .errors import ProducerError, SpoolError
 from .metrics import Metrics
 from .producer import RETRY
 from .spool import Spool, SpoolEntry, claim_orphans
@@ -128,7 +128,11 @@ class Orphans:
             not_retried(Tracked(event_id_of(item.value), item.key, item.value, spooled=False), r)
             done += 1  # dealt with for good: never retried
         if done:
-            batch.source.ack(done)  # only now: Kafka has acknowledged (or refused) these
+            try:  # only now: Kafka has acknowledged (or refused) these
+                batch.source.ack(done)
+            except SpoolError as e:  # given up in memory all the same; the next ack records
+                log.warning("cannot record %d resent captures in adopted spool %s yet: %s",
+                            done, batch.source.directory.name, e)
             self._metrics.add("resent", done)
             self._metrics.add("adopted", done)
         if failure is not None:

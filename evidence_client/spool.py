@@ -25,9 +25,16 @@ A frame is ``be32 length | be32 crc32(payload) | payload`` and the payload is
 ``be16 len(key) | key | value``. Appends only ever go to the end; acknowledging moves HEAD
 forward (written to a temp file, fsync'd, renamed, directory fsync'd), so an entry is given up
 only after Kafka acknowledged it. A crash between a delivery and its HEAD update resends that
-entry: a duplicate event_id, which the writer absorbs. When everything before the end is
-acknowledged, or the acknowledged prefix is large, the unacknowledged rest is copied into a
-new generation and HEAD switched to it in one rename; the old file is deleted afterwards.
+entry: a duplicate event_id, which the writer absorbs. When the acknowledged prefix is large
+(or everything is acknowledged and the file is no longer small) the unacknowledged rest is
+copied into a new generation and HEAD switched to it in one rename; the old file is deleted
+afterwards.
+
+Acknowledging is two steps, so that a thread appending never waits for HEAD's fsyncs:
+:meth:`Spool.release` gives entries up in memory (and :meth:`Spool.compact` switches
+generations when due), both under the owner's lock, beside appends; :meth:`Spool.record_head`
+then writes HEAD outside it. An entry released but not yet recorded (HEAD's write failed, or
+a crash came first) is only resent after a reopen; the next record writes the newest head.
 
 At open the frames after HEAD are checked. The first one that is short or fails its CRC ends
 the valid data: the bytes from there on are moved to a ``.torn-`` file and the log truncated,
@@ -61,6 +68,11 @@ _KEY_LEN = struct.Struct(">H")
 MAX_FRAME = 64 * 1024 * 1024
 """Longest payload accepted; a larger length field is read as corruption."""
 _COMPACT_BYTES = 64 * 1024 * 1024
+"""An acknowledged prefix this large is dropped (a new generation) even while entries wait."""
+_IDLE_COMPACT_BYTES = 4 * 1024 * 1024
+"""A fully acknowledged file this large is dropped. Not at every acknowledgement: a new
+generation costs four fsyncs under the owner's lock, which an appending call would wait for
+(a lone caller did, at every 100 ms acknowledgement: its added p99)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,9 @@ def fsync_dir(path: Path) -> None:
 
 
 class Spool:
-    """Append-only durable queue of (key, value) pairs. Not thread-safe: one owner thread.
+    """Append-only durable queue of (key, value) pairs. Not thread-safe: its owner serialises
+    calls with a lock of its own, except :meth:`record_head`, which may run beside
+    :meth:`append_many` on the thread that releases and compacts (the only one that does).
 
     ``Spool(directory)`` does no I/O; :meth:`open` takes the lock and recovers.
     """
@@ -107,6 +121,7 @@ class Spool:
         self._lock_fd: int | None = None
         self._index: deque[tuple[int, int]] = deque()  # (start, end) of unacked frames
         self._torn = False  # a failed append may have left a partial frame past _size
+        self._recorded = (0, 0)  # (generation, offset) that HEAD says on disk
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -182,6 +197,7 @@ class Spool:
             os.fsync(f.fileno())
         os.replace(tmp, self.directory / "HEAD")
         fsync_dir(self.directory)
+        self._recorded = (gen, offset)
 
     def _recover(self) -> None:
         gen, head = self._read_head()
@@ -194,6 +210,7 @@ class Spool:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         size = os.fstat(self._fd).st_size
         self._gen, self._head = gen, min(head, size)
+        self._recorded = (gen, head)
         pos = self._head
         while pos < size:
             header = os.pread(self._fd, _HEADER.size, pos)
@@ -294,24 +311,55 @@ class Spool:
         return out
 
     def ack(self, count: int) -> None:
-        """Give up the ``count`` oldest entries: Kafka has acknowledged them."""
+        """Give up the ``count`` oldest entries (Kafka has acknowledged them) and record it:
+        :meth:`release`, then :meth:`compact` when due, else :meth:`record_head`. Raises
+        SpoolError when the disk refuses the record; the entries are given up all the same
+        (a later ack records them; a crash before that resends them)."""
+        self.release(count)
+        if self.compaction_due():
+            self.compact()
+        else:
+            self.record_head()
+
+    def release(self, count: int) -> None:
+        """Give up the ``count`` oldest entries in memory: :meth:`peek` no longer returns
+        them. HEAD still names them until :meth:`record_head` or :meth:`compact`."""
         if self._fd is None:
             raise SpoolError("spool is not open")
-        if count <= 0 or not self._index:
-            return
-        popped = [self._index.popleft() for _ in range(min(count, len(self._index)))]
-        old_head = self._head
+        for _ in range(min(count, len(self._index))):
+            self._index.popleft()
         self._head = self._index[0][0] if self._index else self._size
+
+    @property
+    def head_behind(self) -> bool:
+        """HEAD on disk names entries already released."""
+        return self._recorded != (self._gen, self._head)
+
+    def compaction_due(self) -> bool:
+        return (self._head >= _COMPACT_BYTES
+                or (not self._index and self._head >= _IDLE_COMPACT_BYTES))
+
+    def record_head(self) -> None:
+        """Write HEAD to say what was released (nothing to do when it already does)."""
+        if self._fd is None:
+            raise SpoolError("spool is not open")
+        gen, head = self._gen, self._head
+        if self._recorded == (gen, head):
+            return
         try:
-            if not self._index or self._head >= _COMPACT_BYTES:
-                self._compact()
-            else:
-                self._write_head(self._gen, self._head)
+            self._write_head(gen, head)
         except OSError as e:
-            # Nothing was given up: memory says what the disk says (a later ack retries).
-            self._index.extendleft(reversed(popped))
-            self._head = old_head
             raise SpoolError(f"cannot record acknowledgement in spool {self.directory}: {e}") from e
+
+    def compact(self) -> None:
+        """Move what was not released into a new generation and record HEAD there. On
+        failure nothing changed on disk (the next ack tries again)."""
+        if self._fd is None:
+            raise SpoolError("spool is not open")
+        try:
+            self._compact()
+        except OSError as e:
+            raise SpoolError(f"cannot compact spool {self.directory}: {e}") from e
 
     def _compact(self) -> None:
         # 1. copy the unacknowledged rest into the next generation and make it durable;

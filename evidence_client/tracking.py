@@ -212,28 +212,37 @@ class Tracker:
         return None
 
     def ack(self, force: bool) -> None:
-        """Give up the spool's delivered prefix: at most every 100 ms (each ack is an
-        fsync'd HEAD update) unless ``force`` or a resend batch's worth is done."""
+        """Give up the spool's delivered prefix: at most every 100 ms (each record is an
+        fsync'd HEAD update) unless ``force`` or a resend batch's worth is done. Released
+        under the journal's lock; HEAD is written after it, so a call appending meanwhile
+        does not wait for those fsyncs. A record the disk refuses is tried again at the next
+        step that is due (until then a crash would resend those captures: duplicates the
+        writer absorbs)."""
         now = time.monotonic()
         soon = not force and now - self._last_ack < _ACK_INTERVAL_S
         # Counted up to a resend batch only while an ack is not due: a step stays cheap.
         prefix = itertools.takewhile(lambda e: e.state == DONE, self.entries)
         done = sum(1 for _ in (itertools.islice(prefix, RESEND_BATCH) if soon else prefix))
-        if not done or (soon and done < RESEND_BATCH):
+        if (soon and done < RESEND_BATCH) or not (done or self.spool.head_behind):
             return
         self._last_ack = now
         if not self._lock.acquire(timeout=1.0):
             return  # a write holds the spool that long: acknowledged at a later step
         try:
-            self.spool.ack(done)
-        except SpoolError as e:
-            # The disk refuses (full?): the entries stay, delivered; acknowledged later.
-            log.warning("cannot record %d deliveries in the spool yet: %s", done, e)
-            return
+            self.spool.release(done)
+            for _ in range(done):
+                self.entries.popleft()
+            if self.spool.compaction_due():
+                self.spool.compact()
+        except SpoolError as e:  # the disk refuses (full?): the next ack compacts
+            log.warning("cannot compact the spool yet: %s", e)
         finally:
             self._lock.release()
-        for _ in range(done):
-            self.entries.popleft()
+        try:
+            self.spool.record_head()
+        except SpoolError as e:
+            log.warning("cannot record deliveries in the spool yet (a crash before the next "
+                        "try would resend them): %s", e)
         self._count_pending()
 
     def _count_pending(self) -> None:

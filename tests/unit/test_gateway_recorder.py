@@ -317,6 +317,28 @@ def test_an_orphan_is_resent_before_new_captures(tmp_path):
     assert spool_dirs(root) == []
 
 
+def test_an_orphan_whose_head_the_disk_refuses_is_resent_once_and_removed(tmp_path,
+                                                                          monkeypatch):
+    """Kafka has the resent captures: they are given up in memory even when HEAD cannot say
+    so, so they are not resent again, and the emptied orphan is removed."""
+    root = tmp_path / "spool"
+    old = new_spool(root)
+    old.append_many([(b"acme:unit", b"old-%d" % i) for i in range(3)])
+    old.close()
+
+    def refuse(self: Spool, gen: int, offset: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Spool, "_write_head", refuse)
+    fake = FakeProducer()
+    r = _recorder(tmp_path, fake)
+    r.start()
+    _wait(lambda: r.metrics.snapshot()["adopted"] == 3 and len(spool_dirs(root)) == 1)
+    r.close()
+    assert [v for _, v in fake.delivered] == [b"old-0", b"old-1", b"old-2"]
+    assert spool_dirs(root) == []
+
+
 def test_an_empty_orphan_is_cleaned_up_and_a_spool_is_not_an_orphan_while_created(tmp_path):
     root = tmp_path / "spool"
     s = new_spool(root)
@@ -689,6 +711,40 @@ def test_the_sender_does_not_wait_forever_for_a_write_that_holds_the_spool(tmp_p
         assert s.sender.take_new() == 0 and not d.ready  # gave up after its bounded wait
         s.sender.tracker.ack(force=True)  # nor does an acknowledgement
     assert s.sender.take_new() == 1 and d.ready and s.appends == [1]
+
+
+def test_a_call_appending_does_not_wait_for_the_acknowledgements_fsyncs(tmp_path):
+    """HEAD's update (two fsyncs and a rename) is written outside the journal's lock: a lone
+    sync call that came during one used to wait for it, every 100 ms (its added p99)."""
+    import threading
+
+    s = _Sender(tmp_path)
+    tracker, j = s.sender.tracker, s.sender.journal
+    (d,) = s.submit(lead=True)
+    assert s.sender.take_new() == 1
+    s.sender._send_own()
+    _wait(lambda: (s.sender.producer.poll(0), tracker.entries[0].state == "done")[1])
+    inside, go_on, held = threading.Event(), threading.Event(), []
+    write_head = tracker.spool._write_head
+
+    def slow_head(gen: int, offset: int) -> None:
+        held.append(j.lock.locked())
+        inside.set()
+        assert go_on.wait(10)
+        write_head(gen, offset)
+
+    tracker.spool._write_head = slow_head
+    acker = threading.Thread(target=tracker.ack, args=(True,))
+    acker.start()
+    try:
+        assert inside.wait(10)
+        (d2,) = s.submit(lead=True)  # during HEAD's write: on disk when this returns
+        assert d2.ready and s.appends == [1, 1]
+    finally:
+        go_on.set()
+        acker.join(10)
+    assert held == [False] and not tracker.spool.head_behind and not tracker.entries
+    assert s.sender.take_new() == 1  # the second capture, tracked after the first
 
 
 # -- a full disk ---------------------------------------------------------------------------

@@ -124,7 +124,10 @@ def test_nothing_is_lost_when_appends_and_acks_interleave(tmp_path):
     assert out == [(b"k", b"%d" % i) for i in range(50)]
 
 
-def test_an_ack_the_disk_refuses_gives_nothing_up(tmp_path, monkeypatch):
+def test_an_ack_the_disk_refuses_is_recorded_by_the_next_one(tmp_path, monkeypatch):
+    """Kafka has the entries, so memory gives them up; HEAD names them until a record
+    succeeds, and a reopen before that resends them (duplicates the writer absorbs), never
+    loses one."""
     from evidence_client import SpoolError
 
     with Spool(tmp_path / "s") as s:
@@ -134,13 +137,67 @@ def test_an_ack_the_disk_refuses_gives_nothing_up(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(s, "_write_head", refuse)
-        monkeypatch.setattr(s, "_compact", refuse)
-        with pytest.raises(SpoolError):
+        with pytest.raises(SpoolError, match="No space left"):
             s.ack(2)
-        assert len(s) == 3 and [e.value for e in s.peek()] == [b"v0", b"v1", b"v2"]
+        assert [e.value for e in s.peek()] == [b"v2"] and s.head_behind
+    with Spool(tmp_path / "s") as s:  # a crash (or close) before the next record
+        assert [e.value for e in s.peek()] == [b"v0", b"v1", b"v2"]
+        s.ack(1)
+        monkeypatch.setattr(s, "_write_head", refuse)
+        with pytest.raises(SpoolError):
+            s.ack(1)
         monkeypatch.undo()
-        s.ack(2)
+        s.ack(0)  # nothing new: records what the refused one gave up
+        assert not s.head_behind
+    with Spool(tmp_path / "s") as s:
         assert [e.value for e in s.peek()] == [b"v2"]
+
+
+def test_a_compaction_the_disk_refuses_changes_nothing_on_disk(tmp_path, monkeypatch):
+    from evidence_client import SpoolError
+    from evidence_client import spool as spool_mod
+
+    monkeypatch.setattr(spool_mod, "_COMPACT_BYTES", 1)  # every ack compacts
+    with Spool(tmp_path) as s:
+        s.append_many(items(4))
+        real = os.fsync
+
+        def refuse(fd):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", refuse)
+        with pytest.raises(SpoolError, match="cannot compact"):
+            s.ack(2)
+        monkeypatch.setattr(os, "fsync", real)
+        assert pending(s) == items(4)[2:]
+    with Spool(tmp_path) as s:
+        assert pending(s) == items(4)  # HEAD still names them: resent, none lost
+        s.ack(3)  # compacts into the next generation
+        assert pending(s) == items(4)[3:]
+    with Spool(tmp_path) as s:
+        assert pending(s) == items(4)[3:]
+    assert os.path.basename(log_file(tmp_path)) != "spool-00000000.log"
+
+
+def test_a_small_fully_acknowledged_file_is_kept_and_appended_to(tmp_path, monkeypatch):
+    """A new generation costs four fsyncs under the owner's lock; a lone caller's every
+    acknowledgement used to make one. A small, fully acknowledged file is kept."""
+    from evidence_client import spool as spool_mod
+
+    with Spool(tmp_path) as s:
+        for round in range(3):
+            s.append_many(items(5, tag=f"r{round}-"))
+            s.ack(5)
+            assert len(s) == 0 and s.pending_bytes == 0 and not s.head_behind
+        assert os.path.basename(log_file(tmp_path)) == "spool-00000000.log"
+        s.append(b"k", b"after")
+    with Spool(tmp_path) as s:
+        assert pending(s) == [(b"k", b"after")]
+        monkeypatch.setattr(spool_mod, "_IDLE_COMPACT_BYTES", 1)
+        s.ack(1)
+    assert os.path.basename(log_file(tmp_path)) == "spool-00000001.log"
+    with Spool(tmp_path) as s:
+        assert pending(s) == []
 
 
 def test_an_append_the_disk_cuts_short_leaves_the_next_ones_readable(tmp_path):
