@@ -36,6 +36,16 @@ def test_detect(host, path, headers, query, expected):
     assert (r.provider, r.kind, r.api_version) == expected
 
 
+def test_detect_answers_each_request_by_its_own_headers_when_it_remembers_an_endpoint():
+    """An endpoint's route is worked out once; the version a header or query gives is still
+    read from each request."""
+    host, path = "api.anthropic.com", "/v1/messages"
+    assert adapters.detect(host, path, {"anthropic-version": "2023-06-01"}).api_version == "2023-06-01"
+    assert adapters.detect(host, path, {}).api_version == "v1"
+    assert adapters.detect(host, path, {"anthropic-version": "2024-01-01"}).api_version == "2024-01-01"
+    assert adapters.detect("API.Anthropic.COM", path + "/", None).provider == "anthropic"
+
+
 def test_params_drop_only_the_prompt_and_keep_the_order_sent():
     body = b'{"model":"m","messages":[{"role":"user","content":"x"}],"seed":3,"top_p":1,"temperature":0}'
     f = adapters.parse_request(OPENAI_CHAT, body)
