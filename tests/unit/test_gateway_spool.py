@@ -160,15 +160,15 @@ def test_a_compaction_the_disk_refuses_changes_nothing_on_disk(tmp_path, monkeyp
     monkeypatch.setattr(spool_mod, "_COMPACT_BYTES", 1)  # every ack compacts
     with Spool(tmp_path) as s:
         s.append_many(items(4))
-        real = os.fsync
+        real = spool_mod.fsync_dir
 
-        def refuse(fd):
+        def refuse(path):  # the new generation's directory entry cannot be made durable
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(os, "fsync", refuse)
+        monkeypatch.setattr(spool_mod, "fsync_dir", refuse)
         with pytest.raises(SpoolError, match="cannot compact"):
             s.ack(2)
-        monkeypatch.setattr(os, "fsync", real)
+        monkeypatch.setattr(spool_mod, "fsync_dir", real)
         assert pending(s) == items(4)[2:]
     with Spool(tmp_path) as s:
         assert pending(s) == items(4)  # HEAD still names them: resent, none lost
