@@ -22,6 +22,7 @@ from .columns import RECORD_COLUMNS, RECORD_TYPES
 from .errors import StoreError
 from .fastrows import COPY_SIGNATURE, COPY_TRAILER
 from .fold import Folded, Message, ProjectedHead, Record, fold, row_event_key, sightings
+from .kept import Kept
 from .pg import (
     Connection,
     bounds_array,
@@ -61,6 +62,8 @@ class RecordStore:
         self.db = db
         self.trees = trees
         self.bulk_ids = bulk_ids
+        # The heads a live batch read and made, kept for the next (projections.kept).
+        self.kept_heads: Kept[ProjectedHead] = Kept()
 
     def apply(self, gen: str, topic: str, expected: Mapping[int, int],
               messages: Iterable[Message], reached: Mapping[int, int],
@@ -73,6 +76,22 @@ class RecordStore:
         consumer last saw. ``messages`` may be lazy (decoded while the COPY runs); it is
         iterated once. Returns what was written.
         """
+        try:
+            folded, checked, nxt = self._apply(gen, topic, expected, messages, reached,
+                                               watermarks, follow_live)
+        except BaseException:
+            self.kept_heads.clear()  # whatever the batch staged, and anything it doubted
+            self.trees.cache.clear()
+            raise
+        # 4. committed
+        self.kept_heads.commit(gen, expected, nxt)
+        self.trees.cache.commit(gen, expected, nxt)
+        return Folded(folded.rows, folded.heads, folded.findings + checked, nxt)
+
+    def _apply(self, gen: str, topic: str, expected: Mapping[int, int],
+               messages: Iterable[Message], reached: Mapping[int, int],
+               watermarks: Mapping[int, int], follow_live: bool
+               ) -> tuple[Folded, list[Finding], dict[int, int]]:
         with self.db.transaction():
             # 1. the live generation, shared: a swap waits for this batch
             if follow_live:
@@ -82,19 +101,41 @@ class RecordStore:
             # 3. records by binary COPY while they are decoded (the server ingests one
             #    buffer while the next rows are decoded), then fold, then the rest
             decoded = self.copy_messages(gen, messages) if messages else []
-            streams = sorted({m.stream for m in decoded if isinstance(m, Record)})
-            heads = self.heads(gen, streams) if streams else {}
+            heads = self._batch_heads(gen, decoded, expected)
             folded = self.judge_event_ids(gen, fold(heads, decoded))
+            self._stage_heads(gen, decoded, heads, folded)
             # the records' Merkle trees, and the checkpoints that waited for them (a COPY:
             # before the pipeline below, which cannot hold one)
-            checked = self.trees.grow(gen, decoded)
+            checked = self.trees.grow(gen, decoded, expected)
             # The writes whose answers nothing waits for go in one pipeline: one round trip
             # to the server, not one each (most of a small batch's time was round trips).
             with self.db.conn.pipeline():
                 nxt = self._write_batch(gen, topic, parts, expected, folded, checked,
                                         reached, watermarks)
-        # 4. committed
-        return Folded(folded.rows, folded.heads, folded.findings + checked, nxt)
+        return folded, checked, nxt
+
+    def _batch_heads(self, gen: str, decoded: list[Message],
+                     expected: Mapping[int, int]) -> dict[str, ProjectedHead]:
+        """The stored head of each stream of the batch: kept from the last batch where it
+        still holds, read for the rest."""
+        homes = {m.stream: m.partition for m in decoded if isinstance(m, Record)}
+        if not homes:
+            return {}
+        heads = self.kept_heads.get(gen, homes, expected)
+        missing = sorted(s for s in homes if s not in heads)
+        if missing:
+            heads.update(self.heads(gen, missing))
+        return heads
+
+    def _stage_heads(self, gen: str, decoded: list[Message], heads: Mapping[str, ProjectedHead],
+                     folded: Folded) -> None:
+        """Stage the heads the batch leaves, each as a read gives it back (``of_row`` of its
+        row: a chain head's occurred_at and event id are not stored), so that a kept head
+        folds the next batch exactly as a read one would."""
+        homes = {m.stream: m.partition for m in decoded if isinstance(m, Record)}
+        self.kept_heads.stage(gen, {
+            s: (homes[s], h if s not in folded.heads else ProjectedHead.of_row(h.row()))
+            for s, h in {**heads, **folded.heads}.items() if s in homes})
 
     def _write_batch(self, gen: str, topic: str, parts: list[int], expected: Mapping[int, int],
                      folded: Folded, checked: list[Finding], reached: Mapping[int, int],

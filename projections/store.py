@@ -30,11 +30,13 @@ A batch (:meth:`Store.apply`) is one transaction, in this order:
    on a partition they both write, and never store a message twice; only the batch's own
    partitions are locked, so projectors that own different partitions (scale-out,
    :mod:`projections.service`) write side by side.
-3. Read the heads of the batch's streams, fold (pure), then write: records by binary COPY,
-   heads and findings pipelined; the records' Merkle tree nodes (binary COPY) and each
-   stream's tree size and root (:mod:`projections.tlog`), and the verdict on checkpoints
-   that were waiting for their trees to reach their size; positions (next offset, high
-   watermark) in one statement. A batch of ``evidence.checkpoints``
+3. Read the heads of the batch's streams (or take those this process's last committed batch
+   left, where its partition's position shows nobody else wrote it since:
+   :mod:`projections.kept`; the trees' ranges likewise), fold (pure), then write: records
+   by binary COPY, heads and findings pipelined; the records' Merkle tree nodes (binary
+   COPY) and each stream's tree size and root (:mod:`projections.tlog`), and the verdict
+   on checkpoints that were waiting for their trees to reach their size; positions (next
+   offset, high watermark) in one statement. A batch of ``evidence.checkpoints``
    (:meth:`Store.apply_checkpoints`), of ``evidence.erasures`` (:meth:`Store.apply_erasures`)
    and of ``<prefix>.tree`` (:meth:`Store.apply_log`, the deployment log) takes the same steps
    with its own positions.

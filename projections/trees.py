@@ -17,6 +17,7 @@ from evidence_contract.merkle import CompactRange, range_nodes, root_from, root_
 from . import tlog
 from .fastrows import COPY_SIGNATURE, COPY_TRAILER
 from .fold import Message, Record
+from .kept import Kept
 from .pg import Connection, errors
 
 __all__ = ["TreeStore", "node_tuples"]
@@ -44,10 +45,13 @@ def node_tuples(nodes: Iterable[tuple[str, int, int, bytes]]) -> bytes:
 
 
 class TreeStore:
-    """The streams' trees on the shared :class:`~projections.pg.Connection` ``db``."""
+    """The streams' trees on the shared :class:`~projections.pg.Connection` ``db``; the
+    ranges a live batch grows are kept between batches (``cache``,
+    :class:`~projections.kept.Kept`)."""
 
     def __init__(self, db: Connection) -> None:
         self.db = db
+        self.cache: Kept[CompactRange] = Kept()
 
     def _nodes(self, gen: str, wanted: Iterable[tuple[str, int, int]]
                ) -> dict[tuple[str, int, int], bytes]:
@@ -82,17 +86,28 @@ class TreeStore:
         return {s: CompactRange.from_lookup(n, lambda lv, i, s=s: nodes[(s, lv, i)])
                 for s, n in sizes.items()}
 
-    def grow(self, gen: str, decoded: list[Message]) -> list[Finding]:
+    def grow(self, gen: str, decoded: list[Message],
+             expected: Mapping[int, int] | None = None) -> list[Finding]:
         """Inside a batch: append its records to the streams' trees (nodes by binary COPY,
         sizes and roots upserted), then check the checkpoints that were waiting for the
-        trees to reach their size. Returns the ``checkpoint_mismatch`` findings."""
+        trees to reach their size. Returns the ``checkpoint_mismatch`` findings.
+
+        ``expected``: where the batch found its partitions (locked); the ranges kept for them
+        are used rather than read, and the grown ones staged for :meth:`Kept.commit`."""
         records = sorted((m for m in decoded if isinstance(m, Record)),
                          key=lambda m: (m.partition, m.offset))
         if not records:
             return []
-        streams = sorted({m.stream for m in records})
-        grown = tlog.grow(self.ranges(gen, streams), [m.row for m in records],
+        homes = {m.stream: m.partition for m in records}
+        ranges = self.cache.get(gen, homes, expected) if expected is not None else {}
+        missing = sorted(s for s in homes if s not in ranges)
+        if missing:
+            ranges.update(self.ranges(gen, missing))
+        grown = tlog.grow(ranges, [m.row for m in records],
                           [getattr(m, "leaf", None) for m in records])
+        if expected is not None:
+            after = {**ranges, **grown.trees}
+            self.cache.stage(gen, {s: (homes[s], cr) for s, cr in after.items()})
         if not grown.trees:
             return []
         self.write(gen, grown)
