@@ -196,12 +196,15 @@ class RecordStore:
             return folded
         if before_lookup is not None:
             before_lookup()
-        self.db.advisory_lock(f"{gen}.event_ids")
+        conn = self.db.conn
+        with conn.pipeline():  # the lock, then the lookup under it: one round trip
+            self.db.advisory_lock(f"{gen}.event_ids")
+            cur = conn.execute(
+                f"select {', '.join(_SIGHTING_COLUMNS)} from \"{gen}\".records "
+                f"where event_id = any(%s::uuid[])",
+                (sorted({s.event_id for s in new}),))
+        rows = cur.fetchall()
         batch = {(r[0], r[1]) for r in folded.rows}  # log_partition, log_offset
-        rows = self.db.conn.execute(
-            f"select {', '.join(_SIGHTING_COLUMNS)} from \"{gen}\".records "
-            f"where event_id = any(%s::uuid[])",
-            (sorted({s.event_id for s in new}),)).fetchall()
         known = [Sighting(str(r[0]), *r[1:]) for r in rows if (r[4], r[5]) not in batch]
         return _with_findings(folded, event_id_findings(known, new))
 

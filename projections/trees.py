@@ -110,20 +110,17 @@ class TreeStore:
             self.cache.stage(gen, {s: (homes[s], cr) for s, cr in after.items()})
         if not grown.trees:
             return []
-        self.write(gen, grown)
-        pending = self.db.conn.execute(
-            f"select c.stream, c.tree_size, c.root, c.log_partition, c.log_offset "
-            f'from "{gen}".checkpoints c join "{gen}".trees t on t.stream = c.stream '
-            f"where c.root_matches is null and c.stream = any(%s) and c.tree_size <= t.size",
-            (sorted(grown.trees),)).fetchall()
-        return self.check_roots(gen, [tuple(r) for r in pending])
+        return self.check_roots(gen, self.write(gen, grown, waiting=True))
 
-    def write(self, gen: str, grown: tlog.Grown) -> None:
+    def write(self, gen: str, grown: tlog.Grown, *, waiting: bool = False) -> list[tuple]:
         """Inside a batch: the nodes ``grown`` completes (binary COPY), and the new size and
-        root of each stream that grew."""
+        root of each stream that grew. ``waiting``: also return the checkpoints of those
+        streams that wait for a verdict and that their trees now reach, ``(stream,
+        tree_size, root, partition, offset)``, read in the upsert's round trip."""
         if not grown.trees:
-            return
-        with self.db.conn.cursor() as cur:
+            return []
+        conn = self.db.conn
+        with conn.cursor() as cur:
             with cur.copy(f'copy "{gen}".tree_nodes (stream, level, idx, hash) '
                           f"from stdin (format binary)") as copy:
                 copy.set_types(("text", "int2", "int8", "bytea"))
@@ -134,10 +131,17 @@ class TreeStore:
                 else:
                     for node in grown.nodes:
                         copy.write_row(node)
+        with conn.pipeline(), conn.cursor() as cur:
             cur.executemany(
                 f'insert into "{gen}".trees (stream, size, root) values (%s, %s, %s) '
                 f"on conflict (stream) do update set size = excluded.size, root = excluded.root",
                 [(s, cr.size, cr.root()) for s, cr in grown.trees.items()])
+            found = conn.execute(
+                f"select c.stream, c.tree_size, c.root, c.log_partition, c.log_offset "
+                f'from "{gen}".checkpoints c join "{gen}".trees t on t.stream = c.stream '
+                f"where c.root_matches is null and c.stream = any(%s) "
+                f"and c.tree_size <= t.size", (sorted(grown.trees),)) if waiting else None
+        return [tuple(r) for r in found.fetchall()] if found is not None else []
 
     def check_roots(self, gen: str, cps: list[tuple]) -> list[Finding]:
         """Check stored checkpoints ``(stream, tree_size, root, partition, offset)`` against
