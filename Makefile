@@ -78,9 +78,10 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 ## bench: the benchmarks on the local stack (QUICK=1: the same, under 3 minutes; BENCH_ARGS=...)
-##        writes bench/results/<date>.{json,md,png}
+##        writes bench/results/<date>.{json,md,png}; the stack comes up without its own
+##        services (idle, they would still take the cores the bench measures)
 bench: $(STAMP)
-	$(PY) -m devstack up
+	$(PY) -m devstack up --no-services
 	$(PY) -m bench $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 ## chaos: load through the real gateway while writer, projector, broker and load processes

@@ -30,11 +30,22 @@ def _speed(speed: dict[str, Any]) -> list[str]:
             f"speed."]
 
 
+def machine_line(m: dict[str, Any]) -> str:
+    """The report's line on the machine, and on the dev stack's services when they ran
+    beside the bench (``bench.run.dev_services``)."""
+    line = (f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB RAM, "
+            f"{m['os']}, Python {m['python']}. Load average at start: {m['loadavg']}.")
+    if m.get("dev_services"):
+        line += (f" **The dev stack's own services ran beside the bench** "
+                 f"({', '.join(m['dev_services'])}): they took some of the cores it measured, "
+                 f"so compare this run only with runs that had them too.")
+    return line
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, cfg = r["machine"], r["config"]
     lines = [f"# evidence-store bench, {r['started']}", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB RAM, "
-             f"{m['os']}, Python {m['python']}. Load average at start: {m['loadavg']}.", "",
+             machine_line(m), "",
              f"Run: {'QUICK' if cfg['quick'] else 'full'}, {cfg['captures']:,} captures of "
              f"{cfg['response_bytes']} B responses over {cfg['streams']} streams, "
              f"{cfg['partitions']} partitions; wall time {r.get('wall_s', 0):.0f} s."

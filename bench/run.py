@@ -90,7 +90,22 @@ def machine() -> dict[str, Any]:
         mem_kib = 0
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
             "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-            "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+            "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "dev_services": dev_services()}
+
+
+def dev_services() -> list[str]:
+    """The dev stack's own services running beside the bench (``make up`` starts them; the
+    bench starts writers, projectors and APIs of its own). Idle, they still take the cores
+    the bench measures: their consumers' fetches, the API's and the witness's loops; a run
+    with them sealed and answered slower throughout (``bench/results/history.md``)."""
+    from devstack import StackConfig
+    from devstack.services import running
+
+    try:
+        return running(StackConfig.from_env())
+    except OSError:
+        return []
 
 
 # -- 1. sealing ---------------------------------------------------------------------------------
@@ -467,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     _say(f"run {args.tag}: {result['machine']['cpu']}, {result['machine']['cores']} cores; "
          f"{args.captures} captures")
+    if result["machine"]["dev_services"]:
+        _say("warning: the dev stack's services run beside the bench and take its cores ("
+             + ", ".join(result["machine"]["dev_services"]) + "); `make bench` brings the "
+             "stack up without them: stop them first (`make down`) for figures to compare")
     writer = projector = api = None
     rss: dict[str, float | None] = {}
     try:

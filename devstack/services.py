@@ -170,6 +170,17 @@ def stop_all(cfg: StackConfig) -> None:
             stop_pid_file(f"service {name}", cfg.services_dir / f"{name}.pid")
 
 
+def running(cfg: StackConfig) -> list[str]:
+    """The names of the stack's services whose supervisor is alive, in start order."""
+    out = []
+    for svc in SERVICES:
+        for name in _running_instances(cfg, svc):
+            pid = read_pid(cfg.services_dir / f"{name}.pid")
+            if pid and pid_alive(pid):
+                out.append(name)
+    return out
+
+
 def describe(cfg: StackConfig) -> list[tuple[str, str]]:
     rows = []
     for svc in SERVICES:
