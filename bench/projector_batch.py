@@ -46,7 +46,7 @@ def _round(store: Any, setting: str, batches: list[list[Any]]) -> dict[str, list
     from projections.kept import Kept
 
     limit = None if setting == "kept" else 0
-    store.trees.cache = Kept() if limit is None else Kept(limit)
+    store.trees.kept_ranges = Kept() if limit is None else Kept(limit)
     store.records.kept_heads = Kept() if limit is None else Kept(limit)
     gen = store.gens.create_generation()
     topic = store.cfg.log_topic

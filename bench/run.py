@@ -96,9 +96,9 @@ def machine() -> dict[str, Any]:
 
 def dev_services() -> list[str]:
     """The dev stack's own services running beside the bench (``make up`` starts them; the
-    bench starts writers, projectors and APIs of its own). Idle, they still take the cores
-    the bench measures: their consumers' fetches, the API's and the witness's loops; a run
-    with them sealed and answered slower throughout (``bench/results/history.md``)."""
+    bench starts writers, projectors and APIs of its own). Idle, they still take some of the
+    cores the bench measures: their consumers' fetches (an idle writer's cost the broker
+    2.4-3.8% of a core, docs/performance.md), the API's and the witness's loops."""
     from devstack import StackConfig
     from devstack.services import running
 

@@ -81,11 +81,11 @@ class RecordStore:
                                                watermarks, follow_live)
         except BaseException:
             self.kept_heads.clear()  # whatever the batch staged, and anything it doubted
-            self.trees.cache.clear()
+            self.trees.kept_ranges.clear()
             raise
         # 4. committed
         self.kept_heads.commit(gen, expected, nxt)
-        self.trees.cache.commit(gen, expected, nxt)
+        self.trees.kept_ranges.commit(gen, expected, nxt)
         return Folded(folded.rows, folded.heads, folded.findings + checked, nxt)
 
     def _apply(self, gen: str, topic: str, expected: Mapping[int, int],

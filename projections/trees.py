@@ -46,12 +46,12 @@ def node_tuples(nodes: Iterable[tuple[str, int, int, bytes]]) -> bytes:
 
 class TreeStore:
     """The streams' trees on the shared :class:`~projections.pg.Connection` ``db``; the
-    ranges a live batch grows are kept between batches (``cache``,
+    ranges a live batch grows are kept between batches (``kept_ranges``,
     :class:`~projections.kept.Kept`)."""
 
     def __init__(self, db: Connection) -> None:
         self.db = db
-        self.cache: Kept[CompactRange] = Kept()
+        self.kept_ranges: Kept[CompactRange] = Kept()
 
     def _nodes(self, gen: str, wanted: Iterable[tuple[str, int, int]]
                ) -> dict[tuple[str, int, int], bytes]:
@@ -99,7 +99,7 @@ class TreeStore:
         if not records:
             return []
         homes = {m.stream: m.partition for m in records}
-        ranges = self.cache.get(gen, homes, expected) if expected is not None else {}
+        ranges = self.kept_ranges.get(gen, homes, expected) if expected is not None else {}
         missing = sorted(s for s in homes if s not in ranges)
         if missing:
             ranges.update(self.ranges(gen, missing))
@@ -107,7 +107,7 @@ class TreeStore:
                           [getattr(m, "leaf", None) for m in records])
         if expected is not None:
             after = {**ranges, **grown.trees}
-            self.cache.stage(gen, {s: (homes[s], cr) for s, cr in after.items()})
+            self.kept_ranges.stage(gen, {s: (homes[s], cr) for s, cr in after.items()})
         if not grown.trees:
             return []
         return self.check_roots(gen, self.write(gen, grown, waiting=True))
