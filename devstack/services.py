@@ -170,15 +170,16 @@ def stop_all(cfg: StackConfig) -> None:
             stop_pid_file(f"service {name}", cfg.services_dir / f"{name}.pid")
 
 
+def _supervisor(cfg: StackConfig, name: str) -> int | None:
+    """The pid of service instance ``name``'s supervisor while it is alive, else None."""
+    pid = read_pid(cfg.services_dir / f"{name}.pid")
+    return pid if pid and pid_alive(pid) else None
+
+
 def running(cfg: StackConfig) -> list[str]:
     """The names of the stack's services whose supervisor is alive, in start order."""
-    out = []
-    for svc in SERVICES:
-        for name in _running_instances(cfg, svc):
-            pid = read_pid(cfg.services_dir / f"{name}.pid")
-            if pid and pid_alive(pid):
-                out.append(name)
-    return out
+    return [name for svc in SERVICES for name in _running_instances(cfg, svc)
+            if _supervisor(cfg, name)]
 
 
 def describe(cfg: StackConfig) -> list[tuple[str, str]]:
@@ -187,8 +188,8 @@ def describe(cfg: StackConfig) -> list[tuple[str, str]]:
         if not svc.exists():
             continue
         for name in _running_instances(cfg, svc):
-            pid = read_pid(cfg.services_dir / f"{name}.pid")
-            if not (pid and pid_alive(pid)):
+            pid = _supervisor(cfg, name)
+            if pid is None:
                 if name == svc.name:
                     rows.append((name, "stopped"))
                 continue

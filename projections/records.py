@@ -101,9 +101,10 @@ class RecordStore:
             # 3. records by binary COPY while they are decoded (the server ingests one
             #    buffer while the next rows are decoded), then fold, then the rest
             decoded = self.copy_messages(gen, messages) if messages else []
-            heads = self._batch_heads(gen, decoded, expected)
+            homes = {m.stream: m.partition for m in decoded if isinstance(m, Record)}
+            heads = self._batch_heads(gen, homes, expected)
             folded = self.judge_event_ids(gen, fold(heads, decoded))
-            self._stage_heads(gen, decoded, heads, folded)
+            self._stage_heads(gen, homes, heads, folded)
             # the records' Merkle trees, and the checkpoints that waited for them (a COPY:
             # before the pipeline below, which cannot hold one)
             checked = self.trees.grow(gen, decoded, expected)
@@ -114,11 +115,10 @@ class RecordStore:
                                         reached, watermarks)
         return folded, checked, nxt
 
-    def _batch_heads(self, gen: str, decoded: list[Message],
+    def _batch_heads(self, gen: str, homes: Mapping[str, int],
                      expected: Mapping[int, int]) -> dict[str, ProjectedHead]:
-        """The stored head of each stream of the batch: kept from the last batch where it
-        still holds, read for the rest."""
-        homes = {m.stream: m.partition for m in decoded if isinstance(m, Record)}
+        """The stored head of each stream of the batch (``homes``: stream, its partition):
+        kept from the last batch where it still holds, read for the rest."""
         if not homes:
             return {}
         heads = self.kept_heads.get(gen, homes, expected)
@@ -127,12 +127,11 @@ class RecordStore:
             heads.update(self.heads(gen, missing))
         return heads
 
-    def _stage_heads(self, gen: str, decoded: list[Message], heads: Mapping[str, ProjectedHead],
-                     folded: Folded) -> None:
+    def _stage_heads(self, gen: str, homes: Mapping[str, int],
+                     heads: Mapping[str, ProjectedHead], folded: Folded) -> None:
         """Stage the heads the batch leaves, each as a read gives it back (``of_row`` of its
         row: a chain head's occurred_at and event id are not stored), so that a kept head
         folds the next batch exactly as a read one would."""
-        homes = {m.stream: m.partition for m in decoded if isinstance(m, Record)}
         self.kept_heads.stage(gen, {
             s: (homes[s], h if s not in folded.heads else ProjectedHead.of_row(h.row()))
             for s, h in {**heads, **folded.heads}.items() if s in homes})
