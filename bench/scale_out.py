@@ -30,6 +30,7 @@ restored. Every capture sent is then checked sealed once.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import os
@@ -123,12 +124,13 @@ def run_writers(bootstrap: str, settings: Any, messages: list[tuple[bytes, bytes
 
 class _Feeder(threading.Thread):
     """Captures to intake at ``rate`` a second over ``streams`` until stopped; their event
-    ids in ``sent``."""
+    ids in ``sent``, in order, and in ``ids``, each added before its capture is produced."""
 
     def __init__(self, bootstrap: str, settings: Any, streams: list[str], rate: float) -> None:
         super().__init__(daemon=True)
         self.bootstrap, self.settings, self.streams, self.rate = bootstrap, settings, streams, rate
         self.sent: list[str] = []
+        self.ids: set[str] = set()
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
@@ -143,6 +145,7 @@ class _Feeder(threading.Thread):
             t0, i = time.monotonic(), 0
             while not self.stop.is_set():
                 e = make_capture(self.streams[i % len(self.streams)])
+                self.ids.add(e["event_id"])
                 p.produce(self.settings.names.intake, encode_capture(e), e["stream"].encode())
                 self.sent.append(e["event_id"])
                 i += 1
@@ -164,10 +167,17 @@ class _Feeder(threading.Thread):
 
 
 class _LogWatch:
-    """A read_committed reader of the log from its end: per partition, when a record of each
-    transactional id was first seen, and every event id sealed."""
+    """A read_committed reader of the log from its end that looks only at the load's records
+    (event ids in ``load``): when each was seen, per partition and transactional id, and
+    every load event id sealed, in the order read.
 
-    def __init__(self, bootstrap: str, settings: Any) -> None:
+    Only the load's: the writers of a takeover have the transactional ids of the run before
+    it on the same topics, whose last transaction can become readable after this reader has
+    taken the log's end (its markers land on a partition after the offsets it committed were
+    seen, most often on a busy cluster). Taken for the load, such a record said a writer had
+    sealed before the load started, and a wait for one after it never ended (a CI run)."""
+
+    def __init__(self, bootstrap: str, settings: Any, load: set[str]) -> None:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{uuid.uuid4().hex}",
@@ -175,7 +185,8 @@ class _LogWatch:
                            "fetch.wait.max.ms": 10})
         self.c.assign([TopicPartition(settings.names.log, p, OFFSET_END)
                        for p in range(settings.partitions)])
-        self.first: dict[tuple[int, str], float] = {}
+        self.load = load
+        self.seen: dict[tuple[int, str], list[float]] = {}
         self.sealed: list[str] = []
 
     def poll(self, seconds: float) -> None:
@@ -185,9 +196,22 @@ class _LogWatch:
             if m.error() is not None:
                 continue
             _body, rec = split_record(m.value())
-            self.sealed.append(rec["body"]["event_id"])
-            self.first.setdefault((m.partition(), rec["seal"]["writer"]["transactional_id"]),
-                                  time.time())
+            self.note(m.partition(), rec["body"]["event_id"],
+                      rec["seal"]["writer"]["transactional_id"], time.time())
+
+    def note(self, partition: int, event_id: str, transactional_id: str, at: float) -> None:
+        """A record read at ``at``; kept only if it is the load's."""
+        if event_id not in self.load:
+            return
+        self.sealed.append(event_id)
+        self.seen.setdefault((partition, transactional_id), []).append(at)
+
+    def first_since(self, partition: int, transactional_id: str, since: float) -> float | None:
+        """When this reader first saw a load record of ``transactional_id`` on ``partition``
+        at or after ``since``; None if it has not."""
+        times = self.seen.get((partition, transactional_id), [])
+        k = bisect.bisect_left(times, since)
+        return times[k] if k < len(times) else None
 
     def close(self) -> None:
         self.c.close()
@@ -205,6 +229,19 @@ def _spread_streams(partitions: int, per_partition: int = 2) -> list[str]:
     return [s for v in out.values() for s in v]
 
 
+def _takeover_state(writers: list[Any], ids: list[str], feeder: _Feeder,
+                    watch: _LogWatch) -> str:
+    """What a takeover that ran out of time had seen, for its error: each writer's
+    assignment, the partitions on which the log reader saw it seal, the load sent and
+    sealed, and the end of each writer's log."""
+    seen = {k: sorted(p for (p, t) in watch.seen if t == ids[k]) for k in range(len(ids))}
+    parts = [f"{len(feeder.sent)} captures sent, {len(watch.sealed)} of them read sealed"]
+    for k, w in enumerate(writers):
+        parts.append(f"writer {ids[k]} (alive: {w.alive()}) owns {sorted(_assignment(w) or ())}, "
+                     f"seen sealing on {seen[k]}; its log ends:\n{w.output()[-3000:]}")
+    return "\n".join(parts)
+
+
 def takeover(bootstrap: str, settings: Any, group: str, say=lambda _m: None,
              rate: float = TAKEOVER_RATE) -> dict[str, Any]:
     """Two writers (transactional ids ``<group>-1`` and ``-2``, the writer's default
@@ -219,33 +256,43 @@ def takeover(bootstrap: str, settings: Any, group: str, say=lambda _m: None,
                              writer_env(bootstrap, settings, transactional_id=t, group_id=group))
                for t in ids]
     feeder = _Feeder(bootstrap, settings, _spread_streams(settings.partitions), rate)
-    watch = _LogWatch(bootstrap, settings)
+    watch = _LogWatch(bootstrap, settings, feeder.ids)
     try:
         deadline = time.monotonic() + TAKEOVER_DEADLINE_S
 
         def step(what: str, alive: list[Any]) -> None:
             for w in alive:
                 w.assert_alive()
+            if feeder.error is not None:
+                raise RuntimeError(f"takeover: the load failed: {feeder.error!r}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"takeover: {what} not in {TAKEOVER_DEADLINE_S:.0f} s")
+                raise RuntimeError(f"takeover: {what} not in {TAKEOVER_DEADLINE_S:.0f} s; "
+                                   + _takeover_state(writers, ids, feeder, watch))
             watch.poll(0.05)
 
         while not _settled(writers, settings.partitions):
             step("two writers settled", writers)
-        dead, survivor = writers
-        dead_parts = sorted(_assignment(dead) or ())
         feeder.start()
         t_load = time.time()
-        while not all((p, ids[k]) in watch.first and watch.first[(p, ids[k])] > t_load
-                      for k, w in enumerate(writers) for p in _assignment(w) or ()):
+
+        def both_sealing() -> bool:
+            # Settled still (a rebalance since moves the partitions each must be seen on),
+            # and each seen sealing the load on every partition it owns.
+            return _settled(writers, settings.partitions) and all(
+                watch.first_since(p, ids[k], t_load) is not None
+                for k, w in enumerate(writers) for p in _assignment(w) or ())
+
+        while not both_sealing():
             step("both writers sealing the load", writers)
+        dead, survivor = writers
+        dead_parts = sorted(_assignment(dead) or ())
         say(f"takeover: kill -9 the writer of partitions {dead_parts} under {rate:g} captures/s")
         os.kill(dead.pid, signal.SIGKILL)
         t_kill = time.time()
         dead.wait(30)
-        while not all(watch.first.get((p, ids[1]), 0) > t_kill for p in dead_parts):
+        while not all(watch.first_since(p, ids[1], t_kill) is not None for p in dead_parts):
             step("the survivor sealing the dead writer's partitions", [survivor])
-        sealed_at = max(watch.first[(p, ids[1])] for p in dead_parts)
+        sealed_at = max(watch.first_since(p, ids[1], t_kill) or t_kill for p in dead_parts)
         sent = feeder.finish()
         while not set(sent) <= set(watch.sealed):
             step("every capture sent sealed", [survivor])
