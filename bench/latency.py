@@ -57,6 +57,10 @@ def _exchange(stream: str, i: int, response: bytes, request: bytes | None = None
                     content_type="application/json", chunks=[response], eof=True)
 
 
+LOOP_S = 1.0
+"""Seconds each gateway first runs its open loop alone, to measure what the loop itself costs
+(:func:`_generate`)."""
+
 PER_GATEWAY = 2000.0
 """Captures/s one gateway process offers at most; above it the load is split."""
 
@@ -101,22 +105,51 @@ WAIT_MS = 1000
 """The poller's long-poll wait; the API answers sooner whenever the head moves."""
 
 
+def _pace(rate: float, n: int, work: Any = None) -> tuple[list[float], list[int], float]:
+    """``n`` turns of the gateway's open loop at ``rate``: wait for the turn's due time, note
+    its send times (wall, and wall µs), call ``work(i)`` if given; returns the send times
+    and the seconds the turns took."""
+    sent = [0.0] * n
+    sent_wall_us = [0] * n
+    t0 = time.perf_counter()
+    interval = 1.0 / rate
+    for i in range(n):
+        due = t0 + i * interval
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        sent[i], sent_wall_us[i] = time.time(), now_micros()
+        if work is not None:
+            work(i)
+    return sent, sent_wall_us, time.perf_counter() - t0
+
+
 def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
               spool_dir: str, start_at: float, results: Any,
-              recorder_options: Mapping[str, Any] | None = None) -> None:
+              recorder_options: Mapping[str, Any] | None = None,
+              loop_s: float = 0.0) -> None:
     """In a gateway process: submit ``n`` exchanges at ``rate`` from wall time ``start_at``;
-    put (stream, sent wall times, sent wall µs, offered seconds, CPU seconds).
-    ``recorder_options``: more arguments for the Recorder."""
+    put (stream, sent wall times, sent wall µs, offered seconds, CPU seconds, the loop's
+    own CPU seconds a turn or None). ``recorder_options``: more arguments for the Recorder.
+
+    ``loop_s`` > 0: first, before the Recorder exists, the same open loop runs alone for
+    that long at ``rate`` (its waits and send-time notes, no exchange, no capture), and the
+    CPU it used a turn is put too: what the bench's synthetic application costs its own
+    process, which a gateway's CPU a capture must not count as capture's."""
     json_text = "x" * 900
     response = json.dumps({"id": "bench", "object": "chat.completion", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": json_text},
          "finish_reason": "stop"}]}).encode()
-    sent = [0.0] * n
-    sent_wall_us = [0] * n
     # The application's request bodies, made before the clock starts: a gateway already holds
     # the bytes it sends, so their json.dumps is not capture's cost (~8 % of this process's
     # CPU a capture at 2,000/s: docs/performance.md, "The gateway's own CPU").
     requests = [_request(i) for i in range(n)]
+    loop_cpu = None
+    if loop_s > 0:
+        turns = max(20, int(rate * loop_s))
+        cpu0 = time.thread_time()  # this thread's alone: the loop runs on it
+        _pace(rate, turns)
+        loop_cpu = (time.thread_time() - cpu0) / turns
     recorder = Recorder(bootstrap, stream, topic_prefix=prefix, spool_dir=Path(spool_dir),
                         close_timeout=10, **dict(recorder_options or {}))
     recorder.start()
@@ -124,20 +157,14 @@ def _generate(bootstrap: str, prefix: str, stream: str, rate: float, n: int,
         results.put(("ready", stream))
         time.sleep(max(0.0, start_at - time.time()))
         cpu0 = time.process_time()  # every thread: the sender's, librdkafka's
-        t0 = time.perf_counter()
-        interval = 1.0 / rate
-        for i in range(n):
-            due = t0 + i * interval
-            now = time.perf_counter()
-            if due > now:
-                time.sleep(due - now)
-            ex = _exchange(stream, i, response, requests[i])
-            sent[i], sent_wall_us[i] = time.time(), now_micros()
-            recorder.submit(ex)
-        offered_s = time.perf_counter() - t0
+
+        def capture(i: int) -> None:
+            recorder.submit(_exchange(stream, i, response, requests[i]))
+
+        sent, sent_wall_us, offered_s = _pace(rate, n, capture)
     finally:
         recorder.close(10)
-    results.put((stream, sent, sent_wall_us, offered_s, time.process_time() - cpu0))
+    results.put((stream, sent, sent_wall_us, offered_s, time.process_time() - cpu0, loop_cpu))
 
 
 def _percentile(sorted_ms: list[float], q: float) -> float:
@@ -162,19 +189,20 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     # sender threads and slow the very gateways being measured.
     ctx = multiprocessing.get_context("spawn")
     stop, polled, made = ctx.Event(), ctx.Queue(), ctx.Queue()
-    start_at = time.time() + 3.0 + 0.2 * gateways  # every gateway started and connected
+    # Every gateway started, its loop measured alone (LOOP_S) and its Recorder connected.
+    start_at = time.time() + 3.0 + LOOP_S + 0.2 * gateways
     poller = ctx.Process(target=_poll, args=(api_url, key, streams, n, stop, polled, start_at),
                          name=f"poll-{int(rate)}", daemon=True)
     poller.start()
     procs = [ctx.Process(target=_generate, args=(bootstrap, prefix, s, per, n,
                                                  str(spool_dir / s.replace(":", "_")),
-                                                 start_at, made),
+                                                 start_at, made, None, LOOP_S),
                          name=f"gateway-{s}", daemon=True) for s in streams]
     for p in procs:
         p.start()
     sent: dict[str, tuple[list[float], list[int], float]] = {}
     seen: dict[str, list[tuple[float, int]]] = {}
-    gateway_cpu, wall = 0.0, float("nan")
+    gateway_cpu, loop_cpu, wall = 0.0, 0.0, float("nan")
     host0 = host1 = None
     cpu0: dict[str, float | None] = {}
     cpu1: dict[str, float | None] = {}
@@ -186,9 +214,10 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
         wall0, host0 = time.monotonic(), host_ticks()
         cpu0 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
         for _ in procs:
-            stream, times, wall_us, offered_s, used = made.get(timeout=seconds * 10 + 120)
+            stream, times, wall_us, offered_s, used, loop = made.get(timeout=seconds * 10 + 120)
             sent[stream] = (times, wall_us, offered_s)
             gateway_cpu += used
+            loop_cpu += min(used, loop * len(times))
         poller.join(settle_s)
         cpu1 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
         wall, host1 = time.monotonic() - wall0, host_ticks()
@@ -222,7 +251,10 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     shown_ms.sort()
     offered_s = max((v[2] for v in sent.values()), default=0.0) or float("nan")
     total = n * gateways
-    used = {"gateways": gateway_cpu}
+    # The gateways' CPU less what their synthetic application's own loop costs alone (its
+    # waits for each turn and its notes of the send times, ~20 µs a turn at 1,700/s here):
+    # what capture costs the application's process. The loop's share is a column of its own.
+    used = {"gateways": gateway_cpu - loop_cpu, "app_loop": loop_cpu}
     if poller_cpu is not None:
         used["poller"] = poller_cpu
     for name, before in cpu0.items():

@@ -94,7 +94,10 @@ def markdown(r: dict[str, Any]) -> str:
         lines += ["", "CPU a capture cost each process during each rate (µs, from the gateways' "
                   "start to the end of the settle), and the cores all of it kept busy over "
                   "that time; the machine has " + str(r.get("machine", {}).get("cores", "?"))
-                  + " cores.", "",
+                  + " cores. `gateways` is what capture cost the gateway processes: their CPU "
+                  "less `app_loop`, what their synthetic application's own open loop (its "
+                  "waits for each turn, its notes of the send times) used when run alone "
+                  "first at the same rate.", "",
                   "| offered/s | " + " | ".join(names) + " | all | cores busy | CPU steal % |",
                   "|---|" + "---|" * (len(names) + 3)]
         for x in cpu_rows:
