@@ -185,12 +185,12 @@ class Database:
                      ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]], int]:
         """The head of ``stream``, its first findings, and how many findings it has."""
         async def work(conn: psycopg.AsyncConnection) -> Any:
-            head = await (await conn.execute(self._q["head"], (stream,))).fetchone()
-            findings = await (await conn.execute(
-                self._q["findings"], (stream, findings_limit))).fetchall()
-            count = (await (await conn.execute(
-                self._q["findings_count"], (stream,))).fetchone())[0]
-            return head, findings, count
+            async with conn.pipeline():  # the three reads in one round trip
+                head = await conn.execute(self._q["head"], (stream,))
+                findings = await conn.execute(self._q["findings"], (stream, findings_limit))
+                count = await conn.execute(self._q["findings_count"], (stream,))
+            return (await head.fetchone(), await findings.fetchall(),
+                    (await count.fetchone())[0])
         return await self._pool.run("stream", work)
 
     # -- audit ---------------------------------------------------------------------------
@@ -239,10 +239,10 @@ class Database:
     async def findings(self, stream: str, limit: int) -> tuple[list[tuple[Any, ...]], int]:
         """The projector's first ``limit`` findings for ``stream`` and how many there are."""
         async def work(conn: psycopg.AsyncConnection) -> Any:
-            rows = await (await conn.execute(self._q["findings"], (stream, limit))).fetchall()
-            count = (await (await conn.execute(
-                self._q["findings_count"], (stream,))).fetchone())[0]
-            return rows, count
+            async with conn.pipeline():  # both reads in one round trip
+                rows = await conn.execute(self._q["findings"], (stream, limit))
+                count = await conn.execute(self._q["findings_count"], (stream,))
+            return await rows.fetchall(), (await count.fetchone())[0]
         return await self._pool.run("findings", work)
 
     # -- the verifiable log -------------------------------------------------------------

@@ -53,6 +53,35 @@ def test_a_request_on_a_connection_the_server_closed_runs_again_on_a_new_one(dat
     assert calls == 2
 
 
+def test_pipelined_reads_on_a_connection_the_server_closed_run_again_on_a_new_one(database_url):
+    """As ``Database.stream`` reads a stream's head and findings: several statements in one
+    pipeline, whose failure on a dead connection comes at the pipeline's sync."""
+    async def scenario() -> tuple[int, int, int]:
+        pool = _pool(database_url)
+        await pool.open()
+        try:
+            first = (await pool.one("pid", "select pg_backend_pid()", ()))[0]
+            await asyncio.to_thread(_terminate, database_url, first)
+            calls = 0
+
+            async def work(conn: psycopg.AsyncConnection) -> int:
+                nonlocal calls
+                calls += 1
+                async with conn.pipeline():
+                    a = await conn.execute("select pg_backend_pid()")
+                    b = await conn.execute("select 1")
+                assert (await b.fetchone())[0] == 1
+                return (await a.fetchone())[0]
+            second = await pool.run("pid", work)
+            return first, second, calls
+        finally:
+            await pool.close()
+
+    first, second, calls = asyncio.run(scenario())
+    assert second != first
+    assert calls == 2
+
+
 def test_an_error_on_a_live_connection_is_a_503_and_runs_once(database_url):
     async def scenario() -> tuple[int, str | None]:
         pool = _pool(database_url)
