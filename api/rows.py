@@ -15,7 +15,7 @@ from evidence_contract.vectors import to_jsonable
 
 from .db import ERASED_COLUMNS, FINDING_COLUMNS, HEAD_COLUMNS, META_COLUMNS
 
-__all__ = ["erased_of", "finding_dict", "head_dict", "record_dict"]
+__all__ = ["erased_of", "finding_dict", "head_dict", "head_seq_of", "record_dict"]
 
 
 def _hex(b: Any) -> str | None:
@@ -104,6 +104,14 @@ def _trace_fields(r: dict[str, Any]) -> dict[str, Any]:
         telemetry = to_jsonable(decode(bytes(r["telemetry_record"]))[1]["body"]["telemetry"])
     return {"capture_method": "mapped from telemetry" if r["mapped"] else "wire",
             "trace": trace, "telemetry": telemetry}
+
+
+_HEAD_SEQ = HEAD_COLUMNS.index("seq")
+
+
+def head_seq_of(row: tuple[Any, ...]) -> int:
+    """The seq of a ``heads`` row (``HEAD_COLUMNS``)."""
+    return row[_HEAD_SEQ]
 
 
 def head_dict(row: tuple[Any, ...]) -> dict[str, Any]:

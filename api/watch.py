@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -33,6 +33,8 @@ log = event_logger("evidence.api")
 MAX_WAITERS = 10_000
 """Requests of one API process that may wait at once; past it a request is answered at
 once, with the head as it is (still a right answer: the client asks again)."""
+
+T = TypeVar("T")
 
 _LIVENESS_S = 30.0  # with no notice for this long, check the listening connection answers
 
@@ -127,18 +129,33 @@ class HeadWatch:
 
 
 async def wait_past(watch: HeadWatch, stream: str, after_seq: int, wait_s: float,
-                    head_seq: Callable[[str], Awaitable[int | None]]) -> None:
+                    head_seq: Callable[[str], Awaitable[int | None]],
+                    answer: Callable[[str], Awaitable[tuple[int | None, T]]] | None = None,
+                    ) -> T | None:
     """Return once ``stream``'s head seq (read with ``head_seq``; None: no such stream) is
-    past ``after_seq``, ``wait_s`` has passed, or the stream has no head at all."""
+    past ``after_seq``, ``wait_s`` has passed, or the stream has no head at all.
+
+    ``answer``: what the request answers with, read whole, and the head seq it holds. The
+    first look is ``head_seq`` (most requests that wait find the head where they asked); every
+    look after a wait is ``answer``, so the read that ends the wait is the answer itself, not
+    a look followed by the answer's read (the long poll of a follower at the head: one read
+    less an answer). Returns that read's value, or None when the wait ended at the first look
+    (the caller reads the answer then)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    first = True
     async with watch.waiter(stream) as event:
         while True:
             if event is not None:
                 event.clear()  # before the read: a notice after it sets it again
-            seq = await head_seq(stream)
+            got: T | None = None
+            if first or answer is None:
+                seq = await head_seq(stream)
+            else:
+                seq, got = await answer(stream)
+            first = False
             left = deadline - loop.time()
             if seq is None or seq > after_seq or left <= 0 or event is None:
-                return
+                return got
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(event.wait(), min(left, RECHECK_S))

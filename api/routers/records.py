@@ -51,6 +51,7 @@ from ..models import (
 )
 from ..params import Digits
 from ..responses import ERRORS
+from ..rows import head_seq_of
 from ..sql import RecordFilter
 from ..watch import wait_past
 
@@ -176,9 +177,13 @@ async def get_stream(
     if not key.scope.allows(stream):
         raise not_found(f"stream {stream}")
     wait_s = min(wait_ms, settings.max_wait_ms) / 1000
+    got = None
     if after_seq is not None and wait_s > 0 and watch is not None:
-        await wait_past(watch, stream, after_seq, wait_s, db.head_seq)
-    head, findings, count = await db.stream(stream, FINDINGS_SHOWN)
+        async def answer(s: str) -> tuple[int | None, Any]:
+            read = await db.stream(s, FINDINGS_SHOWN)
+            return (None if read[0] is None else head_seq_of(read[0])), read
+        got = await wait_past(watch, stream, after_seq, wait_s, db.head_seq, answer)
+    head, findings, count = got if got is not None else await db.stream(stream, FINDINGS_SHOWN)
     if head is None:
         raise not_found(f"stream {stream}")
     return {**head_dict(head), "findings_count": count,

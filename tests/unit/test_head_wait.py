@@ -140,3 +140,58 @@ def test_a_failed_notice_does_not_fail_the_batch(monkeypatch):
     writer._notify({"a": None})
     assert writer.store.calls == 2
     assert logged == ["notify_failed"]  # once a minute at most
+
+
+class FakeAnswers:
+    """The whole answer read, as the stream route reads it: (head seq, the answer); counts
+    reads."""
+
+    def __init__(self, heads: FakeHeads) -> None:
+        self.heads, self.reads = heads, 0
+
+    async def __call__(self, stream: str) -> tuple[int | None, str]:
+        self.reads += 1
+        return self.heads.seq, f"answer at {self.heads.seq}"
+
+
+def test_after_a_wait_the_read_that_ends_it_is_the_answer(monkeypatch):
+    monkeypatch.setattr(api.watch, "RECHECK_S", 3600.0)
+
+    async def go():
+        watch = HeadWatch("postgresql://unused", "evidence")
+        heads = FakeHeads(4)
+        answers = FakeAnswers(heads)
+        task = asyncio.create_task(wait_past(watch, "s", 4, 3600, heads, answers))
+        await asyncio.sleep(0.01)
+        assert (heads.reads, answers.reads) == (1, 0)  # the first look is the cheap one
+        watch.wake(frozenset({"s"}))  # the head has not moved: looks again, waits on
+        await asyncio.sleep(0.01)
+        assert not task.done() and (heads.reads, answers.reads) == (1, 1)
+        heads.seq = 5
+        watch.wake(frozenset({"s"}))
+        assert await asyncio.wait_for(task, 5) == "answer at 5"
+        assert (heads.reads, answers.reads) == (1, 2)
+    run(go())
+
+
+def test_an_answer_is_none_when_the_first_look_ends_the_wait():
+    async def go():
+        watch = HeadWatch("postgresql://unused", "evidence")
+        for seq in (5, None):
+            heads = FakeHeads(seq)
+            answers = FakeAnswers(heads)
+            assert await asyncio.wait_for(wait_past(watch, "s", 4, 3600, heads, answers), 5) is None
+            assert (heads.reads, answers.reads) == (1, 0)
+    run(go())
+
+
+def test_at_the_deadline_the_answer_is_the_last_read(monkeypatch):
+    monkeypatch.setattr(api.watch, "RECHECK_S", 0.01)
+
+    async def go():
+        watch = HeadWatch("postgresql://unused", "evidence")
+        heads = FakeHeads(4)
+        answers = FakeAnswers(heads)
+        got = await asyncio.wait_for(wait_past(watch, "s", 4, 0.2, heads, answers), 5)
+        assert got == "answer at 4" and answers.reads >= 1 and heads.reads == 1
+    run(go())
