@@ -30,7 +30,9 @@ def _terminate(database_url: str, pid: int) -> None:
             "select 1 from pg_stat_activity where pid = %s", (pid,)).fetchone())
 
 
-def test_a_request_on_a_connection_the_server_closed_runs_again_on_a_new_one(database_url):
+def _on_a_closed_connection(database_url: str, read) -> tuple[int, int, int]:
+    """``read(conn)`` (the backend pid) through ``Pool.run`` on a pool whose only connection
+    the server has closed: (the closed backend's pid, the pid read, the calls of ``read``)."""
     async def scenario() -> tuple[int, int, int]:
         pool = _pool(database_url)
         await pool.open()
@@ -42,13 +44,20 @@ def test_a_request_on_a_connection_the_server_closed_runs_again_on_a_new_one(dat
             async def work(conn: psycopg.AsyncConnection) -> int:
                 nonlocal calls
                 calls += 1
-                return (await (await conn.execute("select pg_backend_pid()")).fetchone())[0]
+                return await read(conn)
             second = await pool.run("pid", work)
             return first, second, calls
         finally:
             await pool.close()
 
-    first, second, calls = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_request_on_a_connection_the_server_closed_runs_again_on_a_new_one(database_url):
+    async def read(conn: psycopg.AsyncConnection) -> int:
+        return (await (await conn.execute("select pg_backend_pid()")).fetchone())[0]
+
+    first, second, calls = _on_a_closed_connection(database_url, read)
     assert second != first
     assert calls == 2
 
@@ -56,28 +65,14 @@ def test_a_request_on_a_connection_the_server_closed_runs_again_on_a_new_one(dat
 def test_pipelined_reads_on_a_connection_the_server_closed_run_again_on_a_new_one(database_url):
     """As ``Database.stream`` reads a stream's head and findings: several statements in one
     pipeline, whose failure on a dead connection comes at the pipeline's sync."""
-    async def scenario() -> tuple[int, int, int]:
-        pool = _pool(database_url)
-        await pool.open()
-        try:
-            first = (await pool.one("pid", "select pg_backend_pid()", ()))[0]
-            await asyncio.to_thread(_terminate, database_url, first)
-            calls = 0
+    async def read(conn: psycopg.AsyncConnection) -> int:
+        async with conn.pipeline():
+            a = await conn.execute("select pg_backend_pid()")
+            b = await conn.execute("select 1")
+        assert (await b.fetchone())[0] == 1
+        return (await a.fetchone())[0]
 
-            async def work(conn: psycopg.AsyncConnection) -> int:
-                nonlocal calls
-                calls += 1
-                async with conn.pipeline():
-                    a = await conn.execute("select pg_backend_pid()")
-                    b = await conn.execute("select 1")
-                assert (await b.fetchone())[0] == 1
-                return (await a.fetchone())[0]
-            second = await pool.run("pid", work)
-            return first, second, calls
-        finally:
-            await pool.close()
-
-    first, second, calls = asyncio.run(scenario())
+    first, second, calls = _on_a_closed_connection(database_url, read)
     assert second != first
     assert calls == 2
 

@@ -43,6 +43,18 @@ class FakeHeads:
         return self.seq
 
 
+class FakeAnswers:
+    """The whole answer read, as the stream route reads it: (head seq, the answer); counts
+    reads."""
+
+    def __init__(self, heads: FakeHeads) -> None:
+        self.heads, self.reads = heads, 0
+
+    async def __call__(self, stream: str) -> tuple[int | None, str]:
+        self.reads += 1
+        return self.heads.seq, f"answer at {self.heads.seq}"
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -54,6 +66,11 @@ def test_no_wait_when_the_head_is_past_or_absent():
             heads = FakeHeads(seq)
             await asyncio.wait_for(wait_past(watch, "s", 4, 3600, heads), 5)
             assert heads.reads == 1
+            # With the answer's read: the first look ends it, so the caller reads the answer.
+            answers = FakeAnswers(heads)
+            assert await asyncio.wait_for(
+                wait_past(watch, "s", 4, 3600, heads, answers), 5) is None
+            assert (heads.reads, answers.reads) == (2, 0)
         assert watch._count == 0 and not watch._waiters
     run(go())
 
@@ -142,18 +159,6 @@ def test_a_failed_notice_does_not_fail_the_batch(monkeypatch):
     assert logged == ["notify_failed"]  # once a minute at most
 
 
-class FakeAnswers:
-    """The whole answer read, as the stream route reads it: (head seq, the answer); counts
-    reads."""
-
-    def __init__(self, heads: FakeHeads) -> None:
-        self.heads, self.reads = heads, 0
-
-    async def __call__(self, stream: str) -> tuple[int | None, str]:
-        self.reads += 1
-        return self.heads.seq, f"answer at {self.heads.seq}"
-
-
 def test_after_a_wait_the_read_that_ends_it_is_the_answer(monkeypatch):
     monkeypatch.setattr(api.watch, "RECHECK_S", 3600.0)
 
@@ -171,17 +176,6 @@ def test_after_a_wait_the_read_that_ends_it_is_the_answer(monkeypatch):
         watch.wake(frozenset({"s"}))
         assert await asyncio.wait_for(task, 5) == "answer at 5"
         assert (heads.reads, answers.reads) == (1, 2)
-    run(go())
-
-
-def test_an_answer_is_none_when_the_first_look_ends_the_wait():
-    async def go():
-        watch = HeadWatch("postgresql://unused", "evidence")
-        for seq in (5, None):
-            heads = FakeHeads(seq)
-            answers = FakeAnswers(heads)
-            assert await asyncio.wait_for(wait_past(watch, "s", 4, 3600, heads, answers), 5) is None
-            assert (heads.reads, answers.reads) == (1, 0)
     run(go())
 
 
