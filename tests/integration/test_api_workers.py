@@ -5,6 +5,7 @@ and the server exits 0 on SIGTERM with its workers, or 3 when its port is taken.
 No timing is asserted beyond generous deadlines for things that must happen at all.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -66,9 +67,20 @@ def server(database_url, tmp_path_factory):
             yield {"proc": proc, "base": base, "port": port, "env": env, "rec": rec,
                    "log": log_path}
         finally:
+            # SIGTERM, as an operator stops it, so the server stops its workers: a SIGKILL
+            # of the server alone left them running, orphaned (this module's tests split
+            # over two xdist workers, so that one never ran the SIGTERM test below).
             if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+                workers = _workers(proc.pid)
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+                for pid in workers:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
 
 
 def test_two_workers_serve_the_app_on_one_port(server):
