@@ -188,6 +188,7 @@ class _LogWatch:
         self.load = load
         self.seen: dict[tuple[int, str], list[float]] = {}
         self.sealed: list[str] = []
+        self.unique: set[str] = set()  # of ``sealed``: what the waits ask about, kept as read
 
     def poll(self, seconds: float) -> None:
         from evidence_contract import split_record
@@ -204,6 +205,7 @@ class _LogWatch:
         if event_id not in self.load:
             return
         self.sealed.append(event_id)
+        self.unique.add(event_id)
         self.seen.setdefault((partition, transactional_id), []).append(at)
 
     def first_since(self, partition: int, transactional_id: str, since: float) -> float | None:
@@ -235,7 +237,7 @@ def _takeover_state(writers: list[Any], ids: list[str], feeder: _Feeder,
     assignment, the partitions on which the log reader saw it seal, the load sent and
     sealed, and the end of each writer's log."""
     seen = {k: sorted(p for (p, t) in watch.seen if t == ids[k]) for k in range(len(ids))}
-    parts = [f"{len(feeder.sent)} captures sent, {len(watch.sealed)} of them read sealed"]
+    parts = [f"{len(feeder.sent)} captures sent, {len(watch.unique)} of them read sealed"]
     for k, w in enumerate(writers):
         parts.append(f"writer {ids[k]} (alive: {w.alive()}) owns {sorted(_assignment(w) or ())}, "
                      f"seen sealing on {seen[k]}; its log ends:\n{w.output()[-3000:]}")
@@ -294,7 +296,8 @@ def takeover(bootstrap: str, settings: Any, group: str, say=lambda _m: None,
             step("the survivor sealing the dead writer's partitions", [survivor])
         sealed_at = max(watch.first_since(p, ids[1], t_kill) or t_kill for p in dead_parts)
         sent = feeder.finish()
-        while not set(sent) <= set(watch.sealed):
+        sent_ids = set(sent)  # once: the wait below would rebuild both sets every poll
+        while not sent_ids <= watch.unique:
             step("every capture sent sealed", [survivor])
         took = next(e for e in survivor.events() if e.get("event") == "assigned"
                     and e["ts"] >= t_kill and set(dead_parts) <= set(e.get("partitions") or ()))
@@ -303,8 +306,8 @@ def takeover(bootstrap: str, settings: Any, group: str, say=lambda _m: None,
                 "assigned_s": round(took["ts"] - t_kill, 2),
                 "offsets_wait_s": took.get("offsets_wait_s"), "restore_s": took.get("restore_s"),
                 "restored": sorted(set(took["partitions"]) - set(took.get("kept") or ())),
-                "sent": len(sent), "lost": len(set(sent) - set(watch.sealed)),
-                "duplicated": len(watch.sealed) - len(set(watch.sealed))}
+                "sent": len(sent), "lost": len(sent_ids - watch.unique),
+                "duplicated": len(watch.sealed) - len(watch.unique)}
     finally:
         feeder.stop.set()
         watch.close()

@@ -9,7 +9,7 @@ from bench.scale_out import _LogWatch
 
 def _watch(load: set[str]) -> _LogWatch:
     w = _LogWatch.__new__(_LogWatch)  # no Kafka: only the bookkeeping is under test
-    w.load, w.seen, w.sealed = load, {}, []
+    w.load, w.seen, w.sealed, w.unique = load, {}, [], set()
     return w
 
 
