@@ -15,7 +15,11 @@ time (wall clock, shared by the processes). The notice and the answer's round tr
 included. (Until 2026-12-02 the poller asked for every head in turn, pausing 2 ms after a
 round: at 1k/s that polling, and the API answering it, kept 0.41 of the 2 cores busy.) Each
 latency is also split at
-the writer's seal (``occurred_at``): send → sealed and sealed → visible. ``rate_achieved`` is
+the writer's seal (``occurred_at``): send → sealed and sealed → visible; and send → sealed at
+the capture's hand-off to Kafka (its intake record's timestamp, which librdkafka sets when the
+Recorder's sender calls ``produce``): send → produced (the gateway: the journal, the spool's
+append and fsync) and produced → sealed (the producer's linger and send, the writer's fetch,
+batch and transaction). ``rate_achieved`` is
 what the gateways managed to submit; when it falls short of the offer the load generator,
 not the pipeline, was the limit.
 """
@@ -37,6 +41,7 @@ from evidence_client.capture import Exchange
 from evidence_contract import content_key, now_micros
 
 from bench.services import cpu_seconds, host_ticks, steal_pct
+from topics import TopicNames
 
 
 def _request(i: int) -> bytes:
@@ -185,6 +190,8 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     per = rate / gateways
     n = max(1, int(per * seconds))  # per gateway
     streams = [f"bench:lat-{int(rate)}-{g}" for g in range(gateways)]
+    intake = TopicNames(prefix).intake
+    intake_from = _ends(bootstrap, intake)  # this rate's captures are all past these
     # Each a process of its own: as threads they would share one GIL with the Recorders'
     # sender threads and slow the very gateways being measured.
     ctx = multiprocessing.get_context("spawn")
@@ -233,6 +240,9 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     lat_ms: list[float] = []
     sealed_ms: list[float] = []
     shown_ms: list[float] = []
+    produced_ms: list[float] = []
+    after_ms: list[float] = []
+    arrived = _arrivals(bootstrap, intake, intake_from, streams)
     for stream in streams:
         times, wall_us, _ = sent.get(stream, ([], [], 0.0))
         got = seen.get(stream, [])
@@ -243,12 +253,14 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
             if j == len(got):
                 break
             lat_ms.append((got[j][0] - times[i]) * 1e3)
-        a, b = _stages(api_url, key, stream, wall_us, got)
+        a, b, occurred = _stages(api_url, key, stream, wall_us, got)
         sealed_ms += a
         shown_ms += b
-    lat_ms.sort()
-    sealed_ms.sort()
-    shown_ms.sort()
+        k, w = _hand_off(wall_us, arrived.get(stream, []), occurred)
+        produced_ms += k
+        after_ms += w
+    for xs in (lat_ms, sealed_ms, shown_ms, produced_ms, after_ms):
+        xs.sort()
     offered_s = max((v[2] for v in sent.values()), default=0.0) or float("nan")
     total = n * gateways
     # The gateways' CPU less what their synthetic application's own loop costs alone (its
@@ -272,16 +284,88 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
             "p95_ms": round(_percentile(lat_ms, 0.95), 1),
             "p99_ms": round(_percentile(lat_ms, 0.99), 1),
             "max_ms": round(lat_ms[-1], 1) if lat_ms else None,
-            "send_to_sealed_ms": {"p50": round(_percentile(sealed_ms, 0.5), 1),
-                                  "p99": round(_percentile(sealed_ms, 0.99), 1)},
-            "sealed_to_visible_ms": {"p50": round(_percentile(shown_ms, 0.5), 1),
-                                     "p99": round(_percentile(shown_ms, 0.99), 1)}}
+            "send_to_sealed_ms": _p50_p99(sealed_ms),
+            "sealed_to_visible_ms": _p50_p99(shown_ms),
+            "send_to_produced_ms": _p50_p99(produced_ms),
+            "produced_to_sealed_ms": _p50_p99(after_ms)}
+
+
+def _p50_p99(sorted_ms: list[float]) -> dict[str, float | None]:
+    """p50 and p99 of ``sorted_ms`` (None for an empty list: a split not measured)."""
+    if not sorted_ms:
+        return {"p50": None, "p99": None}
+    return {"p50": round(_percentile(sorted_ms, 0.5), 1),
+            "p99": round(_percentile(sorted_ms, 0.99), 1)}
+
+
+def _ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset of ``topic`` now: where the next captures land."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-latency-ends",
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in parts}
+    finally:
+        c.close()
+
+
+def _arrivals(bootstrap: str, topic: str, start: Mapping[int, int],
+              streams: list[str]) -> dict[str, list[int]]:
+    """For each of ``streams``, the timestamps (ms) of its intake records from ``start`` on,
+    in log order: when its Recorder produced each capture (librdkafka stamps a record when
+    ``produce`` is called; the topics keep that CreateTime). Only the keys are read, no value
+    is decoded."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    wanted = {s.encode(): s for s in streams}
+    out: dict[str, list[int]] = {s: [] for s in streams}
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-latency-arrivals",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in start}
+        todo = {p for p in start if ends[p] > start[p]}
+        c.assign([TopicPartition(topic, p, start[p]) for p in todo])
+        deadline = time.monotonic() + 120
+        while todo and time.monotonic() < deadline:
+            for m in c.consume(10_000, 1.0):
+                if m.error() is not None:
+                    continue  # end of a partition: its end offset below says it is done
+                stream = wanted.get(m.key() or b"")
+                if stream is not None:
+                    out[stream].append(m.timestamp()[1])
+                if m.offset() >= ends[m.partition()] - 1:
+                    todo.discard(m.partition())
+    finally:
+        c.close()
+    return out
+
+
+def _hand_off(sent_wall_us: list[int], arrived_ms: list[int],
+              occurred: Mapping[int, int]) -> tuple[list[float], list[float]]:
+    """Split send → sealed at each capture's hand-off to Kafka: (send → produced, produced →
+    sealed) in ms. A Recorder produces a stream's captures in submit order (idempotent, one
+    partition), so its i-th intake record is its seq i+1; a stream whose intake count is not
+    its count sent (a capture produced twice after a retry) is left out rather than misread."""
+    if len(arrived_ms) != len(sent_wall_us):
+        return [], []
+    to_kafka, to_sealed = [], []
+    for i, (sent_us, at_ms) in enumerate(zip(sent_wall_us, arrived_ms)):
+        to_kafka.append(at_ms - sent_us / 1e3)
+        occ = occurred.get(i + 1)
+        if occ is not None:
+            to_sealed.append(occ / 1e3 - at_ms)
+    return to_kafka, to_sealed
 
 
 def _stages(api_url: str, key: str, stream: str, sent_wall_us: list[int],
-            seen: list[tuple[float, int]]) -> tuple[list[float], list[float]]:
+            seen: list[tuple[float, int]]) -> tuple[list[float], list[float], dict[int, int]]:
     """Split each latency at the writer's seal (``occurred_at``, wall clock): send → sealed
-    (gateway, intake, the writer's batch wait) and sealed → visible (commit, projector, API)."""
+    (gateway, intake, the writer's batch wait) and sealed → visible (commit, projector, API);
+    and each seq's ``occurred_at`` (µs)."""
     occurred: dict[int, int] = {}
     after = 0
     with httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as c:
@@ -305,4 +389,4 @@ def _stages(api_url: str, key: str, stream: str, sent_wall_us: list[int],
         occ = occurred[i + 1]
         sealed.append((occ - sent_wall_us[i]) / 1e3)
         shown.append((seen[j][0] * 1e6 - occ) / 1e3)
-    return sorted(sealed), sorted(shown)
+    return sorted(sealed), sorted(shown), occurred

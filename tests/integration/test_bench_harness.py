@@ -41,6 +41,12 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert result["sealing"]["eventsourcing"]["records"] == 320
     assert result["latency"][0]["captures"] == 50
     assert result["latency"][0]["visible"] == 50
+    # send → sealed, split again where the gateway's Recorder handed each capture to Kafka:
+    # every one of the 50 matched to its intake record.
+    lat = result["latency"][0]
+    for split in ("send_to_produced_ms", "produced_to_sealed_ms"):
+        assert lat[split]["p50"] is not None and lat[split]["p99"] >= lat[split]["p50"]
+    assert "send → produced p50 / p99 ms" in (tmp_path / "t.md").read_text()
     # What each process's CPU was, per capture, beside the cores all of it kept busy.
     cpu = result["latency"][0]["cpu_us_per_capture"]
     assert {"gateways", "app_loop", "writer", "projector", "api", "poller"} <= set(cpu)
