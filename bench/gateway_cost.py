@@ -5,8 +5,10 @@ response handed to ``Recorder.submit`` on a fixed schedule, as section 2 of ``ma
 offers them) at each ``--rates`` for ``--seconds``, against the dev stack's Kafka, under each
 setting, in the same run and alternating: ``before`` (every capture written at once,
 ``unwaited_commit_ms=0``, and the sender's delivery-report tick of 1 ms it had until
-2026-12-04), ``unwaited 0`` (written at once, the 5 ms tick) and ``default`` (the captures
-nobody waits for share an fsync for up to 5 ms). Reports, per setting and rate, the process's
+2026-12-04), ``unwaited 0`` (written at once, the 5 ms tick), ``sender fsyncs`` (the
+default, but the sender thread fsyncs every batch itself before producing it, as it did until
+the journal's syncer) and ``default`` (the captures nobody waits for share an fsync for up
+to 5 ms, made by the syncer while they are produced). Reports, per setting and rate, the process's
 CPU a capture (user and kernel, from ``os.times`` over the whole process: its sender thread and
 librdkafka's too) and the captures a spool fsync, medians over ``--rounds``, and each
 setting's CPU over ``before``'s, as one JSON document (``--json``) or a table.
@@ -30,12 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SETTINGS = {
-    "before": {"unwaited_commit_ms": 0.0, "tick_s": 0.001},
-    "unwaited 0": {"unwaited_commit_ms": 0.0, "tick_s": None},
-    "default": {"unwaited_commit_ms": None, "tick_s": None},
+    "before": {"unwaited_commit_ms": 0.0, "tick_s": 0.001, "syncer": False},
+    "unwaited 0": {"unwaited_commit_ms": 0.0, "tick_s": None, "syncer": False},
+    "sender fsyncs": {"unwaited_commit_ms": None, "tick_s": None, "syncer": False},
+    "default": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True},
 }
 """Each setting: the Recorder's ``unwaited_commit_ms`` and the sender's report tick (None:
-the current default)."""
+the current default), and whether the journal's syncer fsyncs the batches no call waits for
+(else the sender does, before producing them)."""
 
 
 def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: Any) -> None:
@@ -48,6 +52,10 @@ def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: 
     chosen = SETTINGS[setting]
     if chosen["tick_s"] is not None:
         sender._REPORT_TICK_S = chosen["tick_s"]
+    if not chosen["syncer"]:
+        from evidence_client.journal import Journal
+
+        Journal.start_syncer = lambda self: None  # type: ignore[method-assign]
     fsyncs = [0]
     datasync = spool._datasync
 

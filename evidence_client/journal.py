@@ -33,12 +33,23 @@ does wait for joins them, or when a full batch is pending. A gateway submitting 
 a second made an fsync for every 1.1 of them, each costing its process ~130 µs of kernel time;
 with the window it makes one for every ~8. The window is how long after its call returned an
 unwaited capture may still be only in memory: what a process killed then loses.
+
+Nor does the sender wait for the disk before it produces such a batch: it only writes it,
+and the *syncer*, a thread of the Recorder's own (:meth:`Journal.start_syncer`), fsyncs the
+spool (one fsync at a time, each covering every batch written before it) and then releases
+the batch's Durables. A disk that stalls (its fsyncs waited 0.5-1.4 s behind the broker's and
+PostgreSQL's writeback on the bench's one disk) then delays only what waits for it, never the
+delivery of what does not. A batch with a capture a call waits for is fsync'd by the sender
+itself before it is produced, as before. If one of the syncer's fsyncs fails, the calls still
+waiting on those captures go on once Kafka has them (as on a full disk), and every later
+batch waits for its own fsync.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 import time
@@ -49,7 +60,7 @@ from .capture import Exchange
 from .encoder import CaptureEncoder
 from .errors import SpoolError
 from .metrics import Metrics
-from .spool import Spool
+from .spool import Spool, datasync
 from .tracking import TAKE_BATCH, Tracked
 
 __all__ = ["Durable", "Journal"]
@@ -166,6 +177,17 @@ class Journal:
         self._since = 0.0  # monotonic time the oldest pending capture was put
         self._hurry = False  # a capture pending is waited for
         self._wake = wake
+        # The syncer (start_syncer): the fsyncs of batches no call waits for, off the
+        # sender's thread. Guarded by _sync: what it has to make durable, in write order
+        # (each capture with its Durable, if any), and what a failed fsync left for the
+        # sender to settle.
+        self._sync = threading.Condition()
+        self._unsynced: list[tuple[Tracked, Durable | None]] = []
+        self._sync_failed: list[tuple[Tracked, Durable | None]] = []
+        self._syncing = 0  # captures the syncer's fsync under way is for
+        self._sync_stop = False
+        self._syncer: threading.Thread | None = None
+        self._sync_broken = False  # an fsync of the syncer's failed: every batch syncs itself
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -236,16 +258,98 @@ class Journal:
         the lock longer (a call's thread stopped in a signal handler that closes the
         Recorder) is left to finish them: the sender does not wait for it forever. After
         the first batch, only what is due (:meth:`due_in`): captures no call waits for that
-        came during an fsync wait for company."""
+        came during an fsync wait for company. A batch no call waits for is fsync'd by the
+        syncer, when it runs (:meth:`start_syncer`)."""
         n = 0
         while self._pending and (n == 0 or self.due_in() <= 0):
             if not self.lock.acquire(timeout=timeout):
                 break
             try:
-                n += self._write_batch()
+                n += self._write_batch(background=True)
             finally:
                 self.lock.release()
         return n
+
+    # -- the syncer ------------------------------------------------------------------------
+
+    def start_syncer(self) -> None:
+        """From now on the sender's batches that no call waits for are written without an
+        fsync and go to Kafka at once; a thread of their own fsyncs them, and releases their
+        Durables then. So a slow fsync (a disk busy with others' writeback) holds up only
+        what waits for the disk, never the delivery of what does not."""
+        if self._syncer is None:
+            self._sync_stop = False
+            self._syncer = threading.Thread(target=self._sync_loop, name="evidence-client-syncer",
+                                             daemon=True)
+            self._syncer.start()
+
+    def stop_syncer(self, timeout: float) -> None:
+        """Let the syncer make what it holds durable (up to ``timeout`` s), then stop it;
+        a batch written after this syncs itself."""
+        syncer, self._syncer = self._syncer, None
+        if syncer is None:
+            return
+        with self._sync:
+            self._sync_stop = True
+            self._sync.notify_all()
+        syncer.join(timeout)
+        if syncer.is_alive():
+            log.error("the spool's fsync did not end within %.1f s; captures written since "
+                      "the last one may not be on disk yet", timeout)
+
+    def unsynced(self) -> int:
+        """Captures written that the syncer has not made durable yet, those of the fsync
+        under way included."""
+        with self._sync:
+            return len(self._unsynced) + self._syncing
+
+    def take_failed_syncs(self) -> list[tuple[Tracked, Durable | None]]:
+        """The captures whose fsync failed, for the sender thread to settle: their calls
+        (if any wait) go on once Kafka has them, as when the disk refuses a write."""
+        with self._sync:
+            out, self._sync_failed = self._sync_failed, []
+        return out
+
+    def _sync_loop(self) -> None:
+        while True:
+            with self._sync:
+                self._sync.wait_for(lambda: self._unsynced or self._sync_stop)
+                if not self._unsynced:
+                    return  # stopping, and nothing left to make durable
+                batch, self._unsynced = self._unsynced, []
+                self._syncing = len(batch)
+            try:
+                self._sync_once(batch)
+            except Exception:  # noqa: BLE001 - one bad round must not end the syncing
+                log.exception("the spool's fsync failed unexpectedly")
+                self._fail(batch)
+            finally:
+                with self._sync:
+                    self._syncing = 0
+
+    def _sync_once(self, batch: list[tuple[Tracked, Durable | None]]) -> None:
+        try:
+            with self.lock:  # the file may be replaced (a compaction) only between appends
+                fd = self.spool.sync_handle()
+            try:
+                datasync(fd)
+            finally:
+                os.close(fd)
+        except (OSError, SpoolError) as e:
+            log.error("spool fsync failed: %d captures written since the last one may not "
+                      "be on disk; their calls (if any wait) go on once Kafka has them, and "
+                      "every later write waits for its own fsync: %s", len(batch), e)
+            self._fail(batch)
+            return
+        for _, durable in batch:
+            if durable is not None:
+                durable.set()
+
+    def _fail(self, batch: list[tuple[Tracked, Durable | None]]) -> None:
+        self._sync_broken = True
+        with self._sync:
+            self._sync_failed += batch
+        self._wake()
 
     def _take(self) -> list[Pending]:
         # Before the take: a call that starts to wait during it hurries the next commit
@@ -257,9 +361,11 @@ class Journal:
             batch.append(pending.popleft())
         return batch
 
-    def _write_batch(self) -> int:
+    def _write_batch(self, background: bool = False) -> int:
         """Under :attr:`lock`: encode and append one batch with one fsync, release its
-        calls; returns how many were taken."""
+        calls; returns how many were taken. ``background`` (the sender's commits): a batch
+        no call waits for is only written, and the syncer fsyncs it while the sender
+        produces it."""
         batch = self._take()
         if not batch:
             return 0
@@ -270,32 +376,54 @@ class Journal:
                 batch += self._take()
         with self._space:
             self._space.notify_all()
-        entries = []
+        made: list[tuple[Tracked, Durable | None]] = []
         for item, durable in batch:
             e = self._encode(item)
             if e is None:  # nothing to keep (counted and logged by the encoder)
                 if durable is not None:
                     durable.set()
                 continue
-            if durable is not None:
-                e.durable = durable
-            entries.append(e)
+            made.append((e, durable))
+        if not made:
+            return len(batch)
+        entries = [e for e, _ in made]
+        if (background and self._syncer is not None and not self._sync_broken
+                and not any(d is not None and d.watched for _, d in made)):
+            ok = self._append(entries, sync=False)
+            if ok:  # released by the syncer's fsync, not by Kafka's acknowledgement
+                with self._sync:
+                    self._unsynced += made
+                    self._sync.notify()
+            else:
+                self._attach(made)
+            self.written.append((entries, ok))
+            return len(batch)
         # Before the sender can see them (written): a capture the disk refuses keeps its
         # call waiting until Kafka has it (tracking), whichever thread gets there first.
-        if entries:
-            ok = self._append(entries)
-            self.written.append((entries, ok))
-            if ok:
-                for e in entries:
-                    e.settle()
+        self._attach(made)
+        ok = self._append(entries)
+        self.written.append((entries, ok))
+        if ok:
+            for e in entries:
+                e.settle()
         return len(batch)
+
+    @staticmethod
+    def _attach(made: list[tuple[Tracked, Durable | None]]) -> None:
+        for e, durable in made:
+            if durable is not None:
+                e.durable = durable
 
     def _encode(self, item: Exchange | Tracked) -> Tracked | None:
         return item if isinstance(item, Tracked) else self._encoder.encode(item)
 
-    def _append(self, entries: list[Tracked]) -> bool:
+    def _append(self, entries: list[Tracked], sync: bool = True) -> bool:
+        items = [(e.key, e.value) for e in entries]
         try:
-            self.spool.append_many([(e.key, e.value) for e in entries])  # type: ignore[misc]
+            if sync:
+                self.spool.append_many(items)  # type: ignore[arg-type]
+            else:
+                self.spool.write_many(items)  # type: ignore[arg-type]
         except SpoolError:
             first = [e for e in entries if e.spooled]  # not refused before (a retry)
             for e in first:

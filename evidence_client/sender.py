@@ -7,7 +7,8 @@ call writes its own when no other write is under way, async calls and calls that
 one step at a time:
 
 1. commit what the journal still holds (waking the moment a capture is left to it) and track
-   what was written, in spool order;
+   what was written, in spool order (a batch no call waits for is produced without waiting
+   for its fsync, which the journal's syncer thread makes);
 2. serve the producer's delivery reports (``poll(0)``);
 3. acknowledge the spool's delivered prefix;
 4. adopt orphans when a scan is due;
@@ -61,6 +62,8 @@ _IDLE_WAIT_S = 0.1
 due). A capture wakes it at once. At 20 ms an idle Recorder used ~9 ms of CPU a second, at
 100 ms ~2.3 (30 s each on the dev stack): a server of many workers has one in each."""
 _CLOSING_WAIT_S = 0.05  # closing, with deliveries outstanding: a wait in the producer's poll
+_SYNC_STOP_S = 10.0
+"""At close, how long the syncer may take to make the last captures written durable."""
 
 
 class Sender:
@@ -114,6 +117,8 @@ class Sender:
 
     def start(self) -> None:
         self.open()
+        assert self.journal is not None
+        self.journal.start_syncer()
         self.thread = threading.Thread(target=self._run, name="evidence-client-sender",
                                        daemon=True)
         self.thread.start()
@@ -202,6 +207,7 @@ class Sender:
         tracked. ``wait`` 0 (closing, the sender's own captures): commit all, due or not."""
         assert self.journal is not None and self.tracker is not None
         j = self.journal
+        self._settle_failed_syncs()
         if wait > 0:
             self._waiting = True  # before the look: a put after it sees the flag and wakes
             try:
@@ -219,6 +225,18 @@ class Sender:
             self.tracker.track(entries, spooled)
             n += len(entries)
         return n
+
+    def _settle_failed_syncs(self) -> None:
+        """Captures the syncer could not make durable: a call waiting for one goes on once
+        Kafka has it (at once if it already has), as when the disk refuses a write."""
+        assert self.journal is not None
+        for e, durable in self.journal.take_failed_syncs():
+            if durable is None:
+                continue
+            if e.state == DONE:
+                durable.set()
+            else:
+                e.durable = durable
 
     def _append(self, entries: list[Tracked]) -> None:
         """Write ``entries`` (made on this thread) through the journal and track them."""
@@ -355,6 +373,10 @@ class Sender:
 
     def _shutdown_quietly(self) -> None:
         assert self.tracker is not None and self.orphans is not None
+        # 1b. What was written without an fsync is made durable before the spool closes.
+        if self.journal is not None:
+            self.journal.stop_syncer(_SYNC_STOP_S)
+            self._settle_failed_syncs()
         # 2. Fail whatever is still queued or in flight in the producer: those entries stay
         #    unacknowledged in the spool.
         try:

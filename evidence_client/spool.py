@@ -18,7 +18,8 @@ Files in one spool directory:
 
     LOCK                   flock'd while a Recorder has the spool open (one owner at a time)
     HEAD                   "<generation> <offset>\\n": first byte not yet acknowledged
-    spool-<gen>.log        frames, appended and fdatasync'd before ``append`` returns
+    spool-<gen>.log        frames, appended: fdatasync'd before ``append_many`` returns, or,
+                           by ``write_many``, by its caller's later fsync (``sync_handle``)
     spool-<gen>.torn-<off> a torn or corrupt tail found at open, kept for inspection
 
 A frame is ``be32 length | be32 crc32(payload) | payload`` and the payload is
@@ -58,8 +59,8 @@ from pathlib import Path
 
 from .errors import SpoolError, SpoolLockedError
 
-__all__ = ["MAX_FRAME", "Spool", "SpoolEntry", "claim_orphans", "keep_undeliverable", "new_spool",
-           "scan", "spool_dirs"]
+__all__ = ["MAX_FRAME", "Spool", "SpoolEntry", "claim_orphans", "datasync", "keep_undeliverable",
+           "new_spool", "scan", "spool_dirs"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,11 @@ def _frame(key: bytes, value: bytes) -> bytes:
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
+
+def datasync(fd: int) -> None:
+    """fdatasync ``fd`` (fsync where there is none): its data and size are on disk."""
+    _datasync(fd)
 
 
 def fsync_dir(path: Path) -> None:
@@ -256,6 +262,23 @@ class Spool:
 
     def append_many(self, items: list[tuple[bytes, bytes]]) -> None:
         """Append entries in order and fsync once; they are durable when this returns."""
+        self._append(items, sync=True)
+
+    def write_many(self, items: list[tuple[bytes, bytes]]) -> None:
+        """Append entries in order without waiting for the disk: they are readable at once
+        and durable once an fsync of the file that starts after this returns has returned
+        (:meth:`sync_handle`, or the next :meth:`append_many`)."""
+        self._append(items, sync=False)
+
+    def sync_handle(self) -> int:
+        """A duplicate of the log's descriptor, for an fsync (:func:`datasync`) outside the
+        lock the appends take, which the caller closes. A compaction meanwhile replaces the
+        file, fsync'd whole, so an fsync of the old one is harmless then."""
+        if self._fd is None:
+            raise SpoolError("spool is not open")
+        return os.dup(self._fd)
+
+    def _append(self, items: list[tuple[bytes, bytes]], sync: bool) -> None:
         if self._fd is None:
             raise SpoolError("spool is not open")
         if self._torn:
@@ -268,7 +291,8 @@ class Spool:
                 written += os.write(self._fd, data[written:])
             # fdatasync, as a database's log does: the data and the file's new size (what
             # reading it back needs), without the timestamps a full fsync also writes.
-            _datasync(self._fd)
+            if sync:
+                _datasync(self._fd)
         except OSError as e:
             # A partial frame may be on disk, past the end the index knows. The file is open
             # O_APPEND, so the next frames would land after it while the index placed them at

@@ -1,8 +1,9 @@
 """Delivery tracking: this Recorder's captures from its spool to Kafka's acknowledgement.
 
-Write-ahead: every capture is appended to the Recorder's own spool, and fsync'd (by the
-journal, :mod:`~evidence_client.journal`; before the call that made it returns unless
-``durability="after_return"``), and only then produced. :class:`Tracker` mirrors the spool's
+Write-ahead: every capture is appended to the Recorder's own spool (by the journal,
+:mod:`~evidence_client.journal`), and only then produced: fsync'd before it is produced when a
+call waits for it (the default ``durability="before_return"``), else by the journal's syncer
+while it is produced. :class:`Tracker` mirrors the spool's
 unacknowledged entries in order; an entry is acknowledged in the spool once it and every entry
 before it are delivered (or dealt with for good). So a crash at any point loses no capture
 whose call returned: the spool holds it until Kafka has it, and whoever adopts the spool

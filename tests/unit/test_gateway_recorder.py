@@ -747,20 +747,131 @@ def test_a_call_appending_does_not_wait_for_the_acknowledgements_fsyncs(tmp_path
     assert s.sender.take_new() == 1  # the second capture, tracked after the first
 
 
+# -- the syncer ----------------------------------------------------------------------------
+
+class _Fsync:
+    """The syncer's fsyncs (``evidence_client.journal.datasync``), each held until ``go`` is
+    set, then failing with ``fail`` if given."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import threading
+
+        import evidence_client.journal
+
+        self.go, self.started = threading.Event(), threading.Event()
+        self.calls = 0
+        self.fail: OSError | None = None
+        monkeypatch.setattr(evidence_client.journal, "datasync", self)
+
+    def __call__(self, fd: int) -> None:
+        os.fstat(fd)  # a real descriptor of the spool's log
+        self.calls += 1
+        self.started.set()
+        assert self.go.wait(10)
+        if self.fail is not None:
+            raise self.fail
+
+
+@pytest.fixture
+def syncing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A test-driven sender whose journal's syncer runs, its fsyncs held (``_Fsync``)."""
+    fsync = _Fsync(monkeypatch)
+    s = _Sender(tmp_path)
+    s.sender.journal.start_syncer()
+    yield s, fsync
+    fsync.go.set()
+    s.sender.journal.stop_syncer(10)
+
+
+def test_a_batch_no_call_waits_for_goes_to_kafka_while_its_fsync_runs(syncing):
+    s, fsync = syncing
+    ds = s.submit(3)  # after_return calls, or submit() with nobody waiting
+    s.sender.step(0.0)
+    # Written and produced without an fsync on the sender's thread: a disk that stalls
+    # holds up only what waits for it.
+    assert s.appends == [] and s.sender.tracker.inflight == 3
+    assert fsync.started.wait(10) and not any(d.ready for d in ds)
+    s.sender.step(0.0)
+    assert s.recorder.metrics.snapshot()["delivered"] == 3
+    assert not any(d.ready for d in ds)  # Kafka's acknowledgement is not the disk's
+    fsync.go.set()
+    _wait(lambda: all(d.ready for d in ds))
+    assert fsync.calls == 1 and s.sender.journal.unsynced() == 0
+
+
+def test_a_batch_a_call_waits_for_is_fsyncd_by_the_sender_before_it_is_produced(syncing):
+    s, fsync = syncing
+    (d,) = s.submit(watched=True)  # an async call's capture under before_return
+    assert s.sender.take_new() == 1
+    assert s.appends == [1] and d.ready and fsync.calls == 0
+    assert s.sender.tracker.inflight == 0  # produced only after
+
+
+def test_a_failed_background_fsync_leaves_its_calls_to_kafka_and_later_batches_sync(syncing):
+    s, fsync = syncing
+    first = s.submit(2)
+    s.sender.step(0.0)  # written and produced
+    assert fsync.started.wait(10)
+    s.sender.step(0.0)  # delivered: Kafka has both, the disk maybe not
+    fsync.fail = OSError(5, "Input/output error (test)")
+    fsync.go.set()
+    _wait(lambda: fsync.calls == 1 and s.sender.journal.unsynced() == 0)
+    (second,) = s.submit()
+    s.sender.step(0.0)
+    # The failed fsync's calls go on, as Kafka already has their captures; from then on
+    # every batch waits for its own fsync on the sender's thread, and is released by it.
+    assert all(d.ready for d in first) and second.ready
+    assert s.appends == [1] and fsync.calls == 1
+
+
+def test_a_failed_background_fsync_releases_an_undelivered_capture_once_kafka_has_it(syncing):
+    s, fsync = syncing
+    (d,) = s.submit()
+    s.sender.take_new()  # written, tracked; not produced yet
+    fsync.fail = OSError(5, "Input/output error (test)")
+    fsync.go.set()
+    _wait(lambda: fsync.calls == 1 and s.sender.journal.unsynced() == 0)
+    s.sender.step(0.0)  # the failure settled: the capture waits for Kafka; produced
+    assert not d.ready and s.sender.tracker.inflight == 1
+    s.sender.step(0.0)  # delivered
+    assert d.ready
+
+
+def test_at_close_the_syncer_makes_what_it_holds_durable(syncing):
+    import threading
+
+    s, fsync = syncing
+    ds = s.submit(2)
+    s.sender.take_new()
+    assert fsync.started.wait(10)
+    j = s.sender.journal
+    stopper = threading.Thread(target=j.stop_syncer, args=(10,))
+    stopper.start()
+    fsync.go.set()
+    stopper.join(10)
+    assert not stopper.is_alive() and all(d.ready for d in ds) and j.unsynced() == 0
+    (d,) = s.submit()  # stopped: a batch written now syncs itself
+    s.sender.take_new()
+    assert d.ready and s.appends == [1]
+
+
 # -- a full disk ---------------------------------------------------------------------------
 
 @pytest.fixture
 def disk(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
-    """Every spool's appends fail while ``disk["full"]``, as on a full disk."""
+    """Every spool's writes fail while ``disk["full"]``, as on a full disk: those fsync'd at
+    once and those the syncer fsyncs later."""
     state = {"full": False}
-    append = Spool.append_many
 
-    def append_many(self: Spool, items: list[tuple[bytes, bytes]]) -> None:
-        if state["full"]:
-            raise evidence_client.SpoolError("No space left on device (test)")
-        append(self, items)
+    def refusing(write: Any) -> Any:
+        def refuse(self: Spool, items: list[tuple[bytes, bytes]]) -> None:
+            if state["full"]:
+                raise evidence_client.SpoolError("No space left on device (test)")
+            write(self, items)
+        return refuse
 
-    monkeypatch.setattr(Spool, "append_many", append_many)
+    monkeypatch.setattr(Spool, "append_many", refusing(Spool.append_many))
+    monkeypatch.setattr(Spool, "write_many", refusing(Spool.write_many))
     return state
 
 
