@@ -117,8 +117,9 @@ class Sender:
 
     def start(self) -> None:
         self.open()
-        assert self.journal is not None
+        assert self.journal is not None and self.tracker is not None
         self.journal.start_syncer()
+        self.tracker.record_head = self.journal.record_head
         self.thread = threading.Thread(target=self._run, name="evidence-client-sender",
                                        daemon=True)
         self.thread.start()
@@ -375,6 +376,7 @@ class Sender:
         assert self.tracker is not None and self.orphans is not None
         # 1b. What was written without an fsync is made durable before the spool closes.
         if self.journal is not None:
+            self.tracker.record_head = None  # from here on HEAD is written on this thread
             self.journal.stop_syncer(_SYNC_STOP_S)
             self._settle_failed_syncs()
         # 2. Fail whatever is still queued or in flight in the producer: those entries stay

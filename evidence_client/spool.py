@@ -34,7 +34,9 @@ afterwards.
 Acknowledging is two steps, so that a thread appending never waits for HEAD's fsyncs:
 :meth:`Spool.release` gives entries up in memory (and :meth:`Spool.compact` switches
 generations when due), both under the owner's lock, beside appends; :meth:`Spool.record_head`
-then writes HEAD outside it. An entry released but not yet recorded (HEAD's write failed, or
+then writes HEAD outside it: on the thread that released, or on another (the journal's
+syncer) from a position read under the lock. HEAD's writes are serialised with a
+compaction's, and a position a compaction has overtaken is never written. An entry released but not yet recorded (HEAD's write failed, or
 a crash came first) is only resent after a reopen; the next record writes the newest head.
 
 At open the frames after HEAD are checked. The first one that is short or fails its CRC ends
@@ -51,6 +53,7 @@ import os
 import secrets
 import shutil
 import struct
+import threading
 import time
 import zlib
 from collections import deque
@@ -128,6 +131,9 @@ class Spool:
         self._index: deque[tuple[int, int]] = deque()  # (start, end) of unacked frames
         self._torn = False  # a failed append may have left a partial frame past _size
         self._recorded = (0, 0)  # (generation, offset) that HEAD says on disk
+        # Serialises HEAD's writes: a compaction's (under the owner's lock) and those of a
+        # thread that records it outside that lock (record_head with ``at``).
+        self._head_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -363,17 +369,32 @@ class Spool:
         return (self._head >= _COMPACT_BYTES
                 or (not self._index and self._head >= _IDLE_COMPACT_BYTES))
 
-    def record_head(self) -> None:
-        """Write HEAD to say what was released (nothing to do when it already does)."""
+    @property
+    def head_position(self) -> tuple[int, int]:
+        """(generation, offset) of the first entry not released: what HEAD should say. Read
+        under the owner's lock by a thread that records it outside (:meth:`record_head`)."""
+        return self._gen, self._head
+
+    def record_head(self, at: tuple[int, int] | None = None) -> None:
+        """Write HEAD to say what was released (nothing to do when it already does).
+
+        ``at``: the :attr:`head_position` read earlier under the owner's lock, by a thread
+        that writes HEAD outside it (the journal's syncer). It is not written when a
+        compaction has moved to another generation since (that compaction recorded a newer
+        HEAD itself), nor when HEAD already says a later offset."""
         if self._fd is None:
             raise SpoolError("spool is not open")
-        gen, head = self._gen, self._head
-        if self._recorded == (gen, head):
-            return
-        try:
-            self._write_head(gen, head)
-        except OSError as e:
-            raise SpoolError(f"cannot record acknowledgement in spool {self.directory}: {e}") from e
+        with self._head_lock:
+            gen, head = at if at is not None else (self._gen, self._head)
+            recorded = self._recorded
+            if (gen, head) == recorded or gen != self._gen or (
+                    recorded[0] == gen and recorded[1] > head):
+                return
+            try:
+                self._write_head(gen, head)
+            except OSError as e:
+                raise SpoolError(f"cannot record acknowledgement in spool {self.directory}: "
+                                 f"{e}") from e
 
     def compact(self) -> None:
         """Move what was not released into a new generation and record HEAD there. On
@@ -400,12 +421,19 @@ class Spool:
                 written += os.write(new_fd, rest[written:])
             os.fsync(new_fd)
             fsync_dir(self.directory)
-            self._write_head(new_gen, 0)
         except BaseException:
             os.close(new_fd)
             raise
-        shift = self._head
-        self._fd, self._gen, self._size, self._head = new_fd, new_gen, self._size - shift, 0
+        # HEAD's switch and the generation's, as one step to a thread recording HEAD
+        # outside the owner's lock: it writes before both or sees the new generation.
+        with self._head_lock:
+            try:
+                self._write_head(new_gen, 0)
+            except BaseException:
+                os.close(new_fd)
+                raise
+            shift = self._head
+            self._fd, self._gen, self._size, self._head = new_fd, new_gen, self._size - shift, 0
         self._index = deque((s - shift, e - shift) for s, e in self._index)
         os.close(old_fd)
         old_path.unlink(missing_ok=True)

@@ -777,7 +777,8 @@ def syncing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A test-driven sender whose journal's syncer runs, its fsyncs held (``_Fsync``)."""
     fsync = _Fsync(monkeypatch)
     s = _Sender(tmp_path)
-    s.sender.journal.start_syncer()
+    s.sender.journal.start_syncer()  # as Sender.start() does
+    s.sender.tracker.record_head = s.sender.journal.record_head
     yield s, fsync
     fsync.go.set()
     s.sender.journal.stop_syncer(10)
@@ -835,6 +836,29 @@ def test_a_failed_background_fsync_releases_an_undelivered_capture_once_kafka_ha
     assert not d.ready and s.sender.tracker.inflight == 1
     s.sender.step(0.0)  # delivered
     assert d.ready
+
+
+def test_with_the_syncer_head_is_recorded_off_the_senders_thread(syncing, monkeypatch):
+    import threading
+
+    s, fsync = syncing
+    fsync.go.set()
+    writers: list[str] = []
+    write_head = Spool._write_head
+
+    def noted(self: Spool, gen: int, offset: int) -> None:
+        writers.append(threading.current_thread().name)
+        write_head(self, gen, offset)
+
+    monkeypatch.setattr(Spool, "_write_head", noted)
+    s.submit(3)
+    s.sender.step(0.0)  # written and produced
+    s.sender.step(0.0)  # delivered
+    s.sender.tracker.ack(force=True)  # released; HEAD's two fsyncs are the syncer's
+    spool = s.sender.tracker.spool
+    _wait(lambda: not spool.head_behind)
+    assert writers and set(writers) == {"evidence-client-syncer"}
+    assert spool.pending_bytes == 0
 
 
 def test_at_close_the_syncer_makes_what_it_holds_durable(syncing):

@@ -237,3 +237,26 @@ def test_an_append_the_disk_cuts_short_leaves_the_next_ones_readable(tmp_path):
     same, got = out.stdout.splitlines()
     assert got == repr([(f"k{i}", 1000) for i in range(5)] + [(f"after-{i}", 1000) for i in range(3)])
     assert same == "True 0", "reopened, the spool reads the same and finds nothing torn"
+
+
+def test_a_head_recorded_from_another_thread_never_goes_back(tmp_path):
+    """``record_head(at)``: the journal's syncer writes HEAD outside the owner's lock, from a
+    position read under it. A position a compaction has left behind, or one older than HEAD
+    already says, is not written: HEAD naming a deleted generation would lose every entry."""
+    with Spool(tmp_path) as s:
+        s.append_many(items(6))
+        s.release(2)
+        early = s.head_position
+        s.release(2)
+        later = s.head_position
+        s.record_head(later)
+        assert not s.head_behind
+        s.record_head(early)  # older than HEAD says: not written
+        assert (tmp_path / "HEAD").read_text().split() == [str(later[0]), str(later[1])]
+        s.release(2)
+        s.compact()  # a new generation, HEAD switched to it
+        s.record_head(later)  # of the old generation: not written
+        assert (tmp_path / "HEAD").read_text().split() == [str(s.head_position[0]), "0"]
+        s.append_many(items(2, "n"))
+    with Spool(tmp_path) as s:
+        assert pending(s) == items(2, "n")
