@@ -302,7 +302,10 @@ class Journal:
 
     def record_head(self) -> None:
         """The sender released delivered entries: the syncer records HEAD (its fsyncs, like
-        the spool's, then never hold up a delivery)."""
+        the spool's, then never hold up a delivery); without a syncer, this thread does."""
+        if self._syncer is None:
+            self._record_head()
+            return
         with self._sync:
             self._head_wanted = True
             self._sync.notify()
