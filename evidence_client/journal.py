@@ -318,7 +318,10 @@ class Journal:
 
     def take_failed_syncs(self) -> list[tuple[Tracked, Durable | None]]:
         """The captures whose fsync failed, for the sender thread to settle: their calls
-        (if any wait) go on once Kafka has them, as when the disk refuses a write."""
+        (if any wait) go on once Kafka has them, as when the disk refuses a write. Called
+        at every sender step: the lock only when there is something to take."""
+        if not self._sync_failed:
+            return []
         with self._sync:
             out, self._sync_failed = self._sync_failed, []
         return out
@@ -333,18 +336,21 @@ class Journal:
                 batch, self._unsynced = self._unsynced, []
                 head, self._head_wanted = self._head_wanted, False
                 self._syncing = len(batch)
-            try:
-                if batch:
+            # One bad round must not end the syncing; and a HEAD that could not be recorded
+            # is no reason to treat a batch already made durable as failed.
+            if batch:
+                try:
                     self._sync_once(batch)
-                if head:
-                    self._record_head()
-            except Exception:  # noqa: BLE001 - one bad round must not end the syncing
-                log.exception("the spool's fsync failed unexpectedly")
-                if batch:
+                except Exception:  # noqa: BLE001
+                    log.exception("the spool's fsync failed unexpectedly")
                     self._fail(batch)
-            finally:
-                with self._sync:
-                    self._syncing = 0
+            with self._sync:
+                self._syncing = 0
+            if head:
+                try:
+                    self._record_head()
+                except Exception:  # noqa: BLE001 - recorded at the next release
+                    log.exception("recording the spool's HEAD failed unexpectedly")
 
     def _record_head(self) -> None:
         with self.lock:  # where HEAD should point, read beside the sender's releases
