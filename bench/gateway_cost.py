@@ -7,8 +7,12 @@ setting, in the same run and alternating: ``before`` (every capture written at o
 ``unwaited_commit_ms=0``, and the sender's delivery-report tick of 1 ms it had until
 2026-12-04), ``unwaited 0`` (written at once, the 5 ms tick), ``sender fsyncs`` (the
 default, but the sender thread fsyncs every batch itself before producing it, as it did until
-the journal's syncer) and ``default`` (the captures nobody waits for share an fsync for up
-to 5 ms, made by the syncer while they are produced). Reports, per setting and rate, the process's
+the journal's syncer), ``no rounds`` (the default, but every capture is produced as soon as it
+is written, as until 2026-12-05, rather than in rounds: ``evidence_client.sender.ROUND_WINDOW``)
+and ``default`` (the captures nobody waits for share an fsync for up to 5 ms, made by the syncer
+while they are produced; produced in rounds). ``--stall-broker S`` freezes the dev stack's
+broker (SIGSTOP, then SIGCONT) for S seconds out of every 2 while each gateway runs, as a disk
+stall holds up its answers. Reports, per setting and rate, the process's
 CPU a capture (user and kernel, from ``os.times`` over the whole process: its sender thread and
 librdkafka's too) and the captures a spool fsync, medians over ``--rounds``, and each
 setting's CPU over ``before``'s, as one JSON document (``--json``) or a table.
@@ -21,8 +25,10 @@ import json
 import multiprocessing
 import os
 import statistics
+import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -32,14 +38,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SETTINGS = {
-    "before": {"unwaited_commit_ms": 0.0, "tick_s": 0.001, "syncer": False},
-    "unwaited 0": {"unwaited_commit_ms": 0.0, "tick_s": None, "syncer": False},
-    "sender fsyncs": {"unwaited_commit_ms": None, "tick_s": None, "syncer": False},
-    "default": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True},
+    "before": {"unwaited_commit_ms": 0.0, "tick_s": 0.001, "syncer": False, "rounds": False},
+    "unwaited 0": {"unwaited_commit_ms": 0.0, "tick_s": None, "syncer": False, "rounds": True},
+    "sender fsyncs": {"unwaited_commit_ms": None, "tick_s": None, "syncer": False,
+                      "rounds": True},
+    "no rounds": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True, "rounds": False},
+    "default": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True, "rounds": True},
 }
 """Each setting: the Recorder's ``unwaited_commit_ms`` and the sender's report tick (None:
-the current default), and whether the journal's syncer fsyncs the batches no call waits for
-(else the sender does, before producing them)."""
+the current default), whether the journal's syncer fsyncs the batches no call waits for
+(else the sender does, before producing them), and whether the sender produces in rounds."""
+
+STALL_EVERY_S = 2.0
+"""``--stall-broker``: one freeze of the broker in every this many seconds."""
 
 
 def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: Any) -> None:
@@ -52,6 +63,8 @@ def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: 
     chosen = SETTINGS[setting]
     if chosen["tick_s"] is not None:
         sender._REPORT_TICK_S = chosen["tick_s"]
+    if not chosen["rounds"]:
+        sender.ROUND_WINDOW = float("inf")  # every round stays open: produced at once
     if not chosen["syncer"]:
         from evidence_client.journal import Journal
 
@@ -78,8 +91,22 @@ def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: 
     out.put((cpu / n * 1e6, (t1.system - t0.system) / n * 1e6, n / max(1, fsyncs[0])))
 
 
+def _stall(pid: int, seconds: float, done: threading.Event) -> None:
+    """Freeze process ``pid`` for ``seconds`` out of every :data:`STALL_EVERY_S` until
+    ``done``; it is always let go again."""
+    while not done.wait(STALL_EVERY_S - seconds):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            done.wait(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
 def measure(bootstrap: str, prefix: str, rates: list[float], seconds: float,
-            rounds: int) -> dict[str, Any]:
+            rounds: int, stall_pid: int | None = None,
+            stall_s: float = 0.0) -> dict[str, Any]:
+    """``stall_pid``: the broker to freeze for ``stall_s`` out of every
+    :data:`STALL_EVERY_S` while each gateway runs (after its first second: it connects)."""
     ctx = multiprocessing.get_context("spawn")
     got: dict[str, dict[float, list[tuple[float, float, float]]]] = {
         s: {r: [] for r in rates} for s in SETTINGS}
@@ -90,7 +117,18 @@ def measure(bootstrap: str, prefix: str, rates: list[float], seconds: float,
                 p = ctx.Process(target=_child, args=(bootstrap, prefix, rate,
                                                      max(1, int(rate * seconds)), setting, out))
                 p.start()
-                got[setting][rate].append(out.get(timeout=seconds + 120))
+                done = threading.Event()
+                staller = None
+                if stall_pid is not None and stall_s > 0:
+                    staller = threading.Thread(target=_stall, args=(stall_pid, stall_s, done),
+                                               daemon=True)
+                    staller.start()
+                try:
+                    got[setting][rate].append(out.get(timeout=seconds + 120))
+                finally:
+                    done.set()
+                    if staller is not None:
+                        staller.join()
                 p.join(60)
     table = []
     for rate in rates:
@@ -102,7 +140,8 @@ def measure(bootstrap: str, prefix: str, rates: list[float], seconds: float,
                           "kernel_us": round(statistics.median(x[1] for x in runs), 1),
                           "captures_per_fsync": round(statistics.median(x[2] for x in runs), 1),
                           "vs_before": round(cpu / base, 2)})
-    return {"seconds": seconds, "rounds": rounds, "rows": table}
+    return {"seconds": seconds, "rounds": rounds, "stall_broker_s": stall_s if stall_pid else 0,
+            "rows": table}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                                         ".stack/env)")
     ap.add_argument("--prefix", help="the topic prefix whose intake the gateway produces to "
                                      "(default: EVIDENCE_TOPIC_PREFIX, else evidence)")
+    ap.add_argument("--stall-broker", type=float, default=0.0, metavar="S",
+                    help="freeze the dev stack's broker for S seconds out of every "
+                         f"{STALL_EVERY_S:g} while each gateway runs (0: never)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
     try:
@@ -124,12 +166,23 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rates {args.rates!r}: captures a second, comma-separated")
     if not rates or min(rates) <= 0 or args.seconds <= 0 or args.rounds < 1:
         ap.error("give at least one positive rate, a positive --seconds and --rounds >= 1")
+    if not 0 <= args.stall_broker < STALL_EVERY_S:
+        ap.error(f"--stall-broker {args.stall_broker:g}: seconds from 0 up to "
+                 f"{STALL_EVERY_S:g} (one freeze every {STALL_EVERY_S:g} s)")
     from devstack import StackConfig, read_env
 
     env = {**read_env(StackConfig.from_env()), **os.environ}
     bootstrap = args.bootstrap or env.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     prefix = args.prefix or env.get("EVIDENCE_TOPIC_PREFIX", "evidence")
-    result = measure(bootstrap, prefix, rates, args.seconds, args.rounds)
+    stall_pid = None
+    if args.stall_broker:
+        from bench.run import stack_pids
+
+        stall_pid = stack_pids().get("kafka")
+        if stall_pid is None:
+            ap.error("--stall-broker needs the dev stack's broker running here (make up)")
+    result = measure(bootstrap, prefix, rates, args.seconds, args.rounds, stall_pid,
+                     args.stall_broker)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -97,6 +97,12 @@ class IntakeProducer:
         self.brokers_down = False
         self.fatal: ProducerError | None = None
 
+    @property
+    def linger_s(self) -> float:
+        """The producer's ``linger.ms``, in seconds: how long it holds a message for a batch."""
+        linger = self._config.get("linger.ms", self._config.get("queue.buffering.max.ms", 5))
+        return float(linger) / 1000
+
     def start(self) -> "IntakeProducer":
         if self._producer is None:
             try:

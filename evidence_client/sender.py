@@ -45,7 +45,7 @@ from .settings import RecorderSettings
 from .spool import keep_undeliverable, new_spool
 from .tracking import DONE, Backoff, Tracked, Tracker
 
-__all__ = ["Durable", "Sender"]
+__all__ = ["ROUND_WINDOW", "Durable", "Sender"]
 
 log = logging.getLogger("evidence_client.recorder")  # the logger these lines always had
 
@@ -56,6 +56,19 @@ acknowledgement (at most every 100 ms) and, on a full disk, the calls whose capt
 Kafka holds; a new capture that must be written wakes the sender at once. It was 1 ms: under
 a steady trickle of captures deliveries are outstanding nearly all the time, and a step every
 millisecond was 1-2% of a gateway's CPU (``python -m bench.gateway_cost``: 0.98-0.99x)."""
+ROUND_WINDOW = 0.8
+"""Own captures are produced in rounds: while deliveries are outstanding, a capture is produced
+only within this share of the producer's ``linger.ms`` after the first of them (it joins their
+batch); later ones wait in the tracker (on disk already) until every outstanding one is
+delivered. librdkafka's idempotent producer keeps one request in flight per partition once
+it holds 5 messages, and while that request is unanswered past ``linger.ms`` with messages
+queued behind it, its broker thread polls its socket without waiting (librdkafka 2.16:
+``rd_kafka_msgq_allow_wakeup_at`` sets the wakeup to now, then the in-flight limit returns
+before a request is made). A broker slow to answer (a disk stall) then cost each gateway a
+core for as long as the stall lasted: 0.99 s of CPU in a 1 s SIGSTOP of the broker, and
+gateways at 175-266 µs a capture instead of ~110 in latency runs at 5k/s, which starved the
+broker further. The messages the rounds hold back would have waited in librdkafka's queue
+for the same response anyway."""
 _IDLE_WAIT_S = 0.1
 """With nothing outstanding, how long the sender waits to be woken before it does its chores
 (the producer's error and log callbacks, the spool's acknowledgement, the orphan scan when
@@ -265,6 +278,8 @@ class Sender:
                 return
         if self.producer.brokers_down or self.producer.fatal is not None:
             t.degraded = True
+        if not t.round_open(self.producer.linger_s * ROUND_WINDOW):
+            return  # the rest goes with the next round (ROUND_WINDOW)
         for e in t.to_send():
             if not self._produce(e):
                 break

@@ -115,6 +115,8 @@ class Tracker:
         self._backoff = backoff
         self._probe: set[int] = set()
         self._last_ack = 0.0
+        self._round_at = 0.0
+        """When the first capture of the deliveries outstanding was produced (monotonic)."""
         self.record_head: Any = None
         """Who writes HEAD after a release: None, this thread (:meth:`Spool.record_head`);
         else a callable that has it written elsewhere (the journal's syncer, so that HEAD's
@@ -170,7 +172,16 @@ class Tracker:
         if e.spooled:
             self._sendable -= 1
         e.state = INFLIGHT
+        if self.inflight == 0:
+            self._round_at = time.monotonic()
         self.inflight += 1
+
+    def round_open(self, window_s: float) -> bool:
+        """Whether a capture produced now joins the deliveries outstanding in one batch:
+        none is outstanding, or the first of them was produced less than ``window_s`` ago
+        (inside the producer's linger). Otherwise it waits until they are all delivered; see
+        :data:`~evidence_client.sender.ROUND_WINDOW`."""
+        return self.inflight == 0 or time.monotonic() - self._round_at < window_s
 
     def finish(self, e: Tracked) -> None:
         """``e`` is dealt with for good (kept aside, or replaced by a truncated copy)."""

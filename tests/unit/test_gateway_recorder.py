@@ -42,6 +42,7 @@ class FakeProducer:
         self.delivered: list[tuple[bytes, bytes]] = []
         self.brokers_down = False
         self.fatal = None
+        self.linger_s = 0.005
 
     def start(self) -> "FakeProducer":
         return self
@@ -699,7 +700,10 @@ def test_with_a_delivery_outstanding_the_sender_never_waits_in_the_producers_pol
     for _ in range(3):
         s.submit()
         s.sender.step(60.0)  # woken at once: the capture waits for it
-    assert s.appends == [1, 1, 1, 1] and s.sender.tracker.inflight == 4
+    # Each written at once and tracked (produced too unless its round has closed: no report
+    # ends the first one).
+    assert s.appends == [1, 1, 1, 1] and len(s.sender.tracker.entries) == 4
+    assert s.sender.tracker.inflight >= 1
     assert s.polls and set(s.polls) == {0}, s.polls
 
 
@@ -963,3 +967,69 @@ def test_at_close_a_capture_only_in_memory_goes_to_the_spool_if_the_disk_takes_i
     assert [decode(e.value)[1]["request_bytes"] for e in scan(tmp_path / "spool")] == [
         b'{"n":0}']
     assert r.metrics.snapshot()["failed"] == 0
+
+
+class HeldProducer(FakeProducer):
+    """A broker whose answers come only when the test lets them (``answer()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.produced: list[bytes] = []
+        self._answer = False
+
+    def produce(self, topic: str, key: bytes, value: bytes, on_delivery: Any) -> None:
+        self.produced.append(value)
+        super().produce(topic, key, value, on_delivery)
+
+    def answer(self) -> None:
+        self._answer = True
+
+    def poll(self, timeout: float = 0.0) -> int:
+        if not self._answer:
+            return 0
+        self._answer = False
+        return super().poll(0.0)
+
+
+def test_captures_are_produced_in_rounds_while_the_broker_has_not_answered(tmp_path):
+    """librdkafka's idempotent producer spins its broker thread while a request is
+    unanswered past linger.ms with messages queued behind it: the sender keeps captures
+    past the round's window in the tracker (on disk already) until the round is delivered."""
+    held = HeldProducer()
+    s = _Sender(tmp_path, held)
+    t = s.sender.tracker
+    s.submit(2)
+    s.sender.step(0.0)
+    assert len(held.produced) == 2 and t.inflight == 2  # the round's first captures
+    s.submit()
+    s.sender.step(0.0)  # inside the window (4 ms of a 5 ms linger): joins the round
+    assert len(held.produced) == 3
+    t._round_at -= 1.0  # the round's window is over; its batch was sent and not answered
+    s.submit(4)
+    for _ in range(3):
+        s.sender.step(0.0)
+    assert len(held.produced) == 3 and len(t.entries) == 7  # written, tracked, held back
+    assert s.appends and sum(s.appends) == 7
+    in_spool = [e.event_id for e in t.entries]
+    held.answer()
+    s.sender.step(0.0)  # the round is delivered: the next one takes the four at once
+    assert len(held.produced) == 7 and t.inflight == 4
+    assert [decode(v)[1]["event_id"] for v in held.produced] == in_spool  # spool order
+
+
+def test_a_round_stays_open_for_its_window_and_reopens_once_delivered(tmp_path):
+    from evidence_client.metrics import Metrics
+    from evidence_client.tracking import Backoff, Tracked, Tracker
+
+    t = Tracker(new_spool(tmp_path / "spool"), Metrics(), Backoff())
+    assert t.round_open(0.004)  # nothing outstanding
+    a, b = Tracked("a", b"k", b"v"), Tracked("b", b"k", b"v")
+    t.sent(a)
+    assert t.round_open(10.0) and not t.round_open(0.0)
+    t._round_at -= 1.0
+    t.sent(b)  # produced past the window (an unspooled capture): the round keeps its start
+    assert not t.round_open(0.5)
+    t.delivered(a, None)
+    assert not t.round_open(0.5)  # b is still outstanding
+    t.delivered(b, None)
+    assert t.round_open(0.0)
