@@ -278,11 +278,14 @@ class Sender:
                 return
         if self.producer.brokers_down or self.producer.fatal is not None:
             t.degraded = True
-        if not t.round_open(self.producer.linger_s * ROUND_WINDOW):
-            return  # the rest goes with the next round (ROUND_WINDOW)
-        for e in t.to_send():
-            if not self._produce(e):
-                break
+        window = self.producer.linger_s * ROUND_WINDOW
+        while t.round_open(window):  # else the rest goes with the next round (ROUND_WINDOW)
+            batch = t.to_send()
+            if not batch:
+                return
+            for e in batch:
+                if not self._produce(e):
+                    return
 
     def _produce(self, e: Tracked) -> bool:
         """Produce one capture; False when the producer's queue is full (try again later)."""

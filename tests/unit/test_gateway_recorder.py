@@ -1033,3 +1033,15 @@ def test_a_round_stays_open_for_its_window_and_reopens_once_delivered(tmp_path):
     assert not t.round_open(0.5)  # b is still outstanding
     t.delivered(b, None)
     assert t.round_open(0.0)
+
+
+def test_a_round_takes_a_backlog_larger_than_one_take_at_once(tmp_path):
+    from evidence_client.tracking import TAKE_BATCH
+
+    held = HeldProducer()
+    s = _Sender(tmp_path, held)
+    s.submit(TAKE_BATCH + 200)
+    s.sender.take_new()  # all written and tracked, none produced yet
+    assert held.produced == []
+    s.sender.step(0.0)  # one round: the whole backlog, not one take of it
+    assert len(held.produced) == TAKE_BATCH + 200
