@@ -57,10 +57,10 @@ Kafka holds; a new capture that must be written wakes the sender at once. It was
 a steady trickle of captures deliveries are outstanding nearly all the time, and a step every
 millisecond was 1-2% of a gateway's CPU (``python -m bench.gateway_cost``: 0.98-0.99x)."""
 ROUND_WINDOW = 0.8
-"""Own captures are produced in rounds: while deliveries are outstanding, a capture is produced
-only within this share of the producer's ``linger.ms`` after the first of them (it joins their
-batch); later ones wait in the tracker (on disk already) until every outstanding one is
-delivered. librdkafka's idempotent producer keeps one request in flight per partition once
+"""Own captures are produced in rounds: while 5 or more deliveries are outstanding
+(:data:`~evidence_client.tracking.IDEMPOTENT_INFLIGHT`), a capture is produced only within this
+share of the producer's ``linger.ms`` after the first of them (it joins their batch); later
+ones wait in the tracker (on disk already) until fewer are outstanding. librdkafka's idempotent producer keeps one request in flight per partition once
 it holds 5 messages, and while that request is unanswered past ``linger.ms`` with messages
 queued behind it, its broker thread polls its socket without waiting (librdkafka 2.16:
 ``rd_kafka_msgq_allow_wakeup_at`` sets the wakeup to now, then the in-flight limit returns

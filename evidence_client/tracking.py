@@ -36,7 +36,7 @@ from .metrics import Metrics
 from .producer import RETRY
 from .spool import Spool
 
-__all__ = ["DONE", "INFLIGHT", "PENDING", "RESEND_BATCH", "TAKE_BATCH", "Backoff", "Tracked",
+__all__ = ["DONE", "IDEMPOTENT_INFLIGHT", "INFLIGHT", "PENDING", "RESEND_BATCH", "TAKE_BATCH", "Backoff", "Tracked",
            "Tracker"]
 
 log = logging.getLogger("evidence_client.recorder")  # the logger these lines always had
@@ -45,6 +45,10 @@ PENDING, INFLIGHT, DONE = "pending", "inflight", "done"
 RESEND_BATCH = 500
 TAKE_BATCH = 1000
 _ACK_INTERVAL_S = 0.1
+IDEMPOTENT_INFLIGHT = 5
+"""librdkafka's idempotent producer makes no further request for a partition while this many of
+its messages are in flight (``RD_KAFKA_IDEMP_MAX_INFLIGHT``, counted in messages): below it, a
+capture produced goes out in a request of its own rather than queueing behind them."""
 _BACKOFF_MIN, _BACKOFF_MAX = 0.2, 5.0
 
 
@@ -177,11 +181,13 @@ class Tracker:
         self.inflight += 1
 
     def round_open(self, window_s: float) -> bool:
-        """Whether a capture produced now joins the deliveries outstanding in one batch:
-        none is outstanding, or the first of them was produced less than ``window_s`` ago
-        (inside the producer's linger). Otherwise it waits until they are all delivered; see
+        """Whether a capture may be produced now: fewer than :data:`IDEMPOTENT_INFLIGHT` are
+        outstanding (the producer sends another request for it), or the first of them was
+        produced less than ``window_s`` ago (it joins their batch, inside the producer's
+        linger). Otherwise it waits until they are all delivered; see
         :data:`~evidence_client.sender.ROUND_WINDOW`."""
-        return self.inflight == 0 or time.monotonic() - self._round_at < window_s
+        return (self.inflight < IDEMPOTENT_INFLIGHT
+                or time.monotonic() - self._round_at < window_s)
 
     def finish(self, e: Tracked) -> None:
         """``e`` is dealt with for good (kept aside, or replaced by a truncated copy)."""

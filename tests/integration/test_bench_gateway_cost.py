@@ -27,7 +27,39 @@ def test_the_gateway_cost_bench_reports_each_setting_beside_the_old_one(
 def test_usage_errors_exit_2():
     from bench.gateway_cost import main
 
-    for args in (["--rates", "x"], ["--rates", "0"], ["--seconds", "0"], ["--rounds", "0"]):
+    for args in (["--rates", "x"], ["--rates", "0"], ["--seconds", "0"], ["--rounds", "0"],
+                 ["--stall-broker", "2"], ["--stall-broker", "-1"]):
         with pytest.raises(SystemExit) as e:
             main(args)
         assert e.value.code == 2, args
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_stall_freezes_the_process_and_always_lets_it_go():
+    """``--stall-broker``'s freezer, on a process of its own (never the suite's broker)."""
+    import subprocess
+    import threading
+    import time
+
+    from bench.gateway_cost import _stall
+
+    victim = subprocess.Popen(["sleep", "120"])
+    done = threading.Event()
+    t = threading.Thread(target=_stall, args=(victim.pid, 1.9, done), daemon=True)
+    try:
+        t.start()
+        deadline = time.monotonic() + 30
+        while _state(victim.pid) != "T":  # frozen within its first period
+            assert time.monotonic() < deadline, "never frozen"
+            time.sleep(0.01)
+        done.set()  # mid-freeze: it must be let go
+        t.join(30)
+        assert not t.is_alive() and _state(victim.pid) != "T"
+    finally:
+        done.set()
+        victim.kill()
+        victim.wait()

@@ -998,39 +998,44 @@ def test_captures_are_produced_in_rounds_while_the_broker_has_not_answered(tmp_p
     held = HeldProducer()
     s = _Sender(tmp_path, held)
     t = s.sender.tracker
-    s.submit(2)
+    s.submit(6)
     s.sender.step(0.0)
-    assert len(held.produced) == 2 and t.inflight == 2  # the round's first captures
+    assert len(held.produced) == 6 and t.inflight == 6  # the round's first captures
     s.submit()
     s.sender.step(0.0)  # inside the window (4 ms of a 5 ms linger): joins the round
-    assert len(held.produced) == 3
+    assert len(held.produced) == 7
     t._round_at -= 1.0  # the round's window is over; its batch was sent and not answered
     s.submit(4)
     for _ in range(3):
         s.sender.step(0.0)
-    assert len(held.produced) == 3 and len(t.entries) == 7  # written, tracked, held back
-    assert s.appends and sum(s.appends) == 7
+    assert len(held.produced) == 7 and len(t.entries) == 11  # written, tracked, held back
+    assert s.appends and sum(s.appends) == 11
     in_spool = [e.event_id for e in t.entries]
     held.answer()
     s.sender.step(0.0)  # the round is delivered: the next one takes the four at once
-    assert len(held.produced) == 7 and t.inflight == 4
+    assert len(held.produced) == 11 and t.inflight == 4
     assert [decode(v)[1]["event_id"] for v in held.produced] == in_spool  # spool order
 
 
 def test_a_round_stays_open_for_its_window_and_reopens_once_delivered(tmp_path):
     from evidence_client.metrics import Metrics
-    from evidence_client.tracking import Backoff, Tracked, Tracker
+    from evidence_client.tracking import IDEMPOTENT_INFLIGHT, Backoff, Tracked, Tracker
 
     t = Tracker(new_spool(tmp_path / "spool"), Metrics(), Backoff())
-    assert t.round_open(0.004)  # nothing outstanding
+    assert t.round_open(0.0)  # nothing outstanding
+    first = [Tracked(str(i), b"k", b"v") for i in range(IDEMPOTENT_INFLIGHT - 1)]
+    for e in first:
+        t.sent(e)
+    assert t.round_open(0.0)  # too few in flight to hold the producer's next request back
     a, b = Tracked("a", b"k", b"v"), Tracked("b", b"k", b"v")
     t.sent(a)
     assert t.round_open(10.0) and not t.round_open(0.0)
     t._round_at -= 1.0
     t.sent(b)  # produced past the window (an unspooled capture): the round keeps its start
     assert not t.round_open(0.5)
-    t.delivered(a, None)
-    assert not t.round_open(0.5)  # b is still outstanding
+    for e in [a, *first]:
+        t.delivered(e, None)
+    assert t.inflight == 1 and t.round_open(0.0)  # b alone is outstanding: below 5 again
     t.delivered(b, None)
     assert t.round_open(0.0)
 
