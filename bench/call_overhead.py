@@ -273,11 +273,17 @@ def _measure_mode(bootstrap: str, prefix: str, spool: Path, url: str, settings: 
 def measure(bootstrap: str, prefix: str, *, calls: int, block: int = 10,
             modes: list[tuple[str, dict[str, Any]]] | None = None,
             levels: tuple[int, ...] = CONCURRENCY,
-            say: Callable[[str], None] = print) -> dict[str, Any]:
+            say: Callable[[str], None] = print,
+            database_url: str | None = None) -> dict[str, Any]:
     """Every mode of ``modes`` (default :data:`MODES`) at every level of ``levels`` (callers),
     ~``calls`` calls a side and level; returns the rows with the fsync time of this disk
-    beside them."""
+    beside them. The disk is settled first (:func:`bench.services.settle_disk`, with a
+    PostgreSQL checkpoint when ``database_url`` is given), as before every other timed
+    section: a call waits for its fsync, and writeback left by whatever ran before (a stack
+    just made, an earlier run's topics deleted) would be in its figures."""
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    from bench.services import settle_disk
 
     topic = f"{prefix}.intake"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -291,6 +297,7 @@ def measure(bootstrap: str, prefix: str, *, calls: int, block: int = 10,
     try:
         url = parent.recv()
         with tempfile.TemporaryDirectory(prefix="bench-overhead-") as d:
+            out["settled"] = settle_disk(database_url)
             out["fsync_ms"] = _fsync_ms(Path(d))
             for name, settings in modes or MODES:
                 say(f"call overhead, durability {name}")
@@ -339,7 +346,10 @@ def markdown(x: dict[str, Any]) -> list[str]:
              f"row, {x['calls'] * LONE_CALLS} for a lone caller "
              f"(`bench.call_overhead`). Added: captured minus bare at the same percentile. "
              f"Streamed: first content chunk and end of the stream. An fsync on this disk: "
-             f"p50 {f.get('p50')} ms, p99 {f.get('p99')} ms.", "",
+             f"p50 {f.get('p50')} ms, p99 {f.get('p99')} ms"
+             + (f" (the disk settled first: {st['dirty_mib_before']} -> "
+                f"{st['dirty_mib_after']} MiB dirty in {st['seconds']} s)"
+                if (st := x.get("settled")) else "") + ".", "",
              "| durability | API | body | callers | bare p50 / p99 ms | captured p50 / p99 ms "
              "| added p50 / p99 ms | first chunk added p50 / p99 ms |",
              "|---|---|---|---|---|---|---|---|"]
@@ -366,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", action="append", choices=[m for m, _ in MODES],
                     help="only these durability modes (repeatable)")
     ap.add_argument("--bootstrap", default=None, help="Kafka (default: the dev stack's)")
+    ap.add_argument("--database-url", default=None,
+                    help="PostgreSQL, checkpointed when the disk is settled before the calls "
+                         "(default: the dev stack's, with --bootstrap unset; else sync only)")
     args = ap.parse_args(argv)
     if args.bootstrap is None:
         import os
@@ -374,11 +387,13 @@ def main(argv: list[str] | None = None) -> int:
 
         env = {**read_env(StackConfig.from_env()), **os.environ}
         args.bootstrap = env.get("EVIDENCE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+        args.database_url = args.database_url or env.get("EVIDENCE_DATABASE_URL")
     modes = [m for m in MODES if args.mode is None or m[0] in args.mode]
     x = measure(args.bootstrap, f"bench{uuid.uuid4().hex[:8]}",
                 calls=args.calls or (60 if args.quick else 400), block=args.block,
                 modes=modes, levels=tuple(int(c) for c in args.concurrency.split(",") if c),
-                say=lambda m: print(m, file=sys.stderr, flush=True))
+                say=lambda m: print(m, file=sys.stderr, flush=True),
+                database_url=args.database_url)
     print("\n".join(markdown(x)))
     return 0
 

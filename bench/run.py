@@ -497,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         # 8., first: on a quiet machine, before the writer and the pipeline run.
         result["call_overhead"] = call_overhead(
             args.bootstrap, f"{args.tag}-overhead", calls=args.overhead_calls, say=_say,
-            levels=tuple(int(c) for c in args.overhead_concurrency.split(",") if c))
+            levels=tuple(int(c) for c in args.overhead_concurrency.split(",") if c),
+            database_url=args.database_url)
         _say("generating captures")
         messages = make_messages(args.captures, args.streams, args.response_bytes)
         result["sealing"], writer = seal(args, settings, messages, scratch)

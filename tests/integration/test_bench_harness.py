@@ -123,6 +123,9 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
         counts = mode["recorder"]
         assert counts["captured"] == counts["delivered"] > 0 and counts["failed"] == 0
     assert "What capture adds to a call" in (tmp_path / "t.md").read_text()
+    # ...timed from a settled disk, as every other section is.
+    assert overhead["settled"]["dirty_mib_after"] is not None
+    assert "the disk settled first" in (tmp_path / "t.md").read_text()
     prefix = result["config"]["prefix"]
     with psycopg.connect(database_url, autocommit=True) as conn:
         left = conn.execute("select nspname from pg_namespace where nspname like %s",
