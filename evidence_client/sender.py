@@ -60,9 +60,10 @@ ROUND_WINDOW = 0.8
 """Own captures are produced in rounds: while 5 or more deliveries are outstanding
 (:data:`~evidence_client.tracking.IDEMPOTENT_INFLIGHT`), a capture is produced only within this
 share of the producer's ``linger.ms`` after the first of them (it joins their batch); later
-ones wait in the tracker (on disk already) until fewer are outstanding. librdkafka's idempotent producer keeps one request in flight per partition once
-it holds 5 messages, and while that request is unanswered past ``linger.ms`` with messages
-queued behind it, its broker thread polls its socket without waiting (librdkafka 2.16:
+ones wait in the tracker (on disk already) until fewer are outstanding, then go out together.
+librdkafka's idempotent producer keeps one request in flight per partition once it holds 5
+messages, and while that request is unanswered past ``linger.ms`` with messages queued
+behind it, its broker thread polls its socket without waiting (librdkafka 2.16:
 ``rd_kafka_msgq_allow_wakeup_at`` sets the wakeup to now, then the in-flight limit returns
 before a request is made). A broker slow to answer (a disk stall) then cost each gateway a
 core for as long as the stall lasted: 0.99 s of CPU in a 1 s SIGSTOP of the broker, and

@@ -36,8 +36,8 @@ from .metrics import Metrics
 from .producer import RETRY
 from .spool import Spool
 
-__all__ = ["DONE", "IDEMPOTENT_INFLIGHT", "INFLIGHT", "PENDING", "RESEND_BATCH", "TAKE_BATCH", "Backoff", "Tracked",
-           "Tracker"]
+__all__ = ["DONE", "IDEMPOTENT_INFLIGHT", "INFLIGHT", "PENDING", "RESEND_BATCH", "TAKE_BATCH",
+           "Backoff", "Tracked", "Tracker"]
 
 log = logging.getLogger("evidence_client.recorder")  # the logger these lines always had
 
@@ -184,7 +184,7 @@ class Tracker:
         """Whether a capture may be produced now: fewer than :data:`IDEMPOTENT_INFLIGHT` are
         outstanding (the producer sends another request for it), or the first of them was
         produced less than ``window_s`` ago (it joins their batch, inside the producer's
-        linger). Otherwise it waits until they are all delivered; see
+        linger). Otherwise it waits until fewer are outstanding; see
         :data:`~evidence_client.sender.ROUND_WINDOW`."""
         return (self.inflight < IDEMPOTENT_INFLIGHT
                 or time.monotonic() - self._round_at < window_s)
