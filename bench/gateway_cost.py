@@ -106,7 +106,8 @@ def measure(bootstrap: str, prefix: str, rates: list[float], seconds: float,
             rounds: int, stall_pid: int | None = None,
             stall_s: float = 0.0) -> dict[str, Any]:
     """``stall_pid``: the broker to freeze for ``stall_s`` out of every
-    :data:`STALL_EVERY_S` while each gateway runs (after its first second: it connects)."""
+    :data:`STALL_EVERY_S` while each gateway runs, the first freeze ``STALL_EVERY_S -
+    stall_s`` seconds after the gateway's process starts."""
     ctx = multiprocessing.get_context("spawn")
     got: dict[str, dict[float, list[tuple[float, float, float]]]] = {
         s: {r: [] for r in rates} for s in SETTINGS}
