@@ -36,8 +36,9 @@ Acknowledging is two steps, so that a thread appending never waits for HEAD's fs
 generations when due), both under the owner's lock, beside appends; :meth:`Spool.record_head`
 then writes HEAD outside it: on the thread that released, or on another (the journal's
 syncer) from a position read under the lock. HEAD's writes are serialised with a
-compaction's, and a position a compaction has overtaken is never written. An entry released but not yet recorded (HEAD's write failed, or
-a crash came first) is only resent after a reopen; the next record writes the newest head.
+compaction's, and a position a compaction has overtaken is never written. An entry released
+but not yet recorded (HEAD's write failed, or a crash came first) is only resent after a
+reopen; the next record writes the newest head.
 
 At open the frames after HEAD are checked. The first one that is short or fails its CRC ends
 the valid data: the bytes from there on are moved to a ``.torn-`` file and the log truncated,

@@ -43,19 +43,16 @@ def test_a_stall_freezes_the_process_and_always_lets_it_go():
     """``--stall-broker``'s freezer, on a process of its own (never the suite's broker)."""
     import subprocess
     import threading
-    import time
 
     from bench.gateway_cost import _stall
+    from tests.fixtures.log import wait_until
 
     victim = subprocess.Popen(["sleep", "120"])
     done = threading.Event()
     t = threading.Thread(target=_stall, args=(victim.pid, 1.9, done), daemon=True)
     try:
         t.start()
-        deadline = time.monotonic() + 30
-        while _state(victim.pid) != "T":  # frozen within its first period
-            assert time.monotonic() < deadline, "never frozen"
-            time.sleep(0.01)
+        wait_until("the process frozen", lambda: _state(victim.pid) == "T", interval=0.01)
         done.set()  # mid-freeze: it must be let go
         t.join(30)
         assert not t.is_alive() and _state(victim.pid) != "T"
