@@ -8,9 +8,12 @@ setting, in the same run and alternating: ``before`` (every capture written at o
 2026-12-04), ``unwaited 0`` (written at once, the 5 ms tick), ``sender fsyncs`` (the
 default, but the sender thread fsyncs every batch itself before producing it, as it did until
 the journal's syncer), ``no rounds`` (the default, but every capture is produced as soon as it
-is written, as until 2026-12-05, rather than in rounds: ``evidence_client.sender.ROUND_WINDOW``)
-and ``default`` (the captures nobody waits for share an fsync for up to 5 ms, made by the syncer
-while they are produced; produced in rounds). ``--stall-broker S`` freezes the dev stack's
+is written, as until 2026-12-05, rather than in rounds: ``evidence_client.sender.ROUND_WINDOW``),
+``pure encode`` (the default, but each capture's Avro written by the generated Python writer, as
+until 2026-12-05, rather than by its compiled twin, as ``EVIDENCE_NATIVE=0`` chooses) and
+``default`` (the captures nobody waits for share an fsync for up to 5 ms, made by the syncer
+while they are produced; produced in rounds; the compiled Avro writer where it is built: the
+``Avro written`` column says which ran). ``--stall-broker S`` freezes the dev stack's
 broker (SIGSTOP, then SIGCONT) for S seconds out of every 2 while each gateway runs, as a disk
 stall holds up its answers. Reports, per setting and rate, the process's
 CPU a capture (user and kernel, from ``os.times`` over the whole process: its sender thread and
@@ -38,16 +41,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SETTINGS = {
-    "before": {"unwaited_commit_ms": 0.0, "tick_s": 0.001, "syncer": False, "rounds": False},
-    "unwaited 0": {"unwaited_commit_ms": 0.0, "tick_s": None, "syncer": False, "rounds": True},
+    "before": {"unwaited_commit_ms": 0.0, "tick_s": 0.001, "syncer": False, "rounds": False,
+               "native": True},
+    "unwaited 0": {"unwaited_commit_ms": 0.0, "tick_s": None, "syncer": False, "rounds": True,
+                   "native": True},
     "sender fsyncs": {"unwaited_commit_ms": None, "tick_s": None, "syncer": False,
-                      "rounds": True},
-    "no rounds": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True, "rounds": False},
-    "default": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True, "rounds": True},
+                      "rounds": True, "native": True},
+    "no rounds": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True, "rounds": False,
+                  "native": True},
+    "pure encode": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True, "rounds": True,
+                    "native": False},
+    "default": {"unwaited_commit_ms": None, "tick_s": None, "syncer": True, "rounds": True,
+                "native": True},
 }
 """Each setting: the Recorder's ``unwaited_commit_ms`` and the sender's report tick (None:
 the current default), whether the journal's syncer fsyncs the batches no call waits for
-(else the sender does, before producing them), and whether the sender produces in rounds."""
+(else the sender does, before producing them), whether the sender produces in rounds, and
+whether a capture's Avro is written by the compiled writer when it is built
+(``evidence_contract.codec.native_writers``; else by the generated Python one, as until
+2026-12-05)."""
 
 STALL_EVERY_S = 2.0
 """``--stall-broker``: one freeze of the broker in every this many seconds."""
@@ -55,7 +67,7 @@ STALL_EVERY_S = 2.0
 
 def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: Any) -> None:
     """In a fresh process: one gateway under ``setting``; put (CPU µs a capture, kernel µs a
-    capture, captures an fsync)."""
+    capture, captures an fsync, whether its encode was the compiled one)."""
     import evidence_client.sender as sender
     import evidence_client.spool as spool
     from bench.latency import _generate
@@ -65,6 +77,11 @@ def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: 
         sender._REPORT_TICK_S = chosen["tick_s"]
     if not chosen["rounds"]:
         sender.ROUND_WINDOW = float("inf")  # every round stays open: produced at once
+    from evidence_contract import codec
+
+    if not chosen["native"]:
+        codec._NATIVE_WRITE.clear()  # the generated Python writer, as EVIDENCE_NATIVE=0
+    compiled = "CaptureEvent" in codec._NATIVE_WRITE
     if not chosen["syncer"]:
         from evidence_client.journal import Journal
 
@@ -88,7 +105,8 @@ def _child(bootstrap: str, prefix: str, rate: float, n: int, setting: str, out: 
     results.get()  # ready
     results.get()  # what was sent (this bench needs only the process's CPU)
     cpu = (t1.user - t0.user) + (t1.system - t0.system)
-    out.put((cpu / n * 1e6, (t1.system - t0.system) / n * 1e6, n / max(1, fsyncs[0])))
+    out.put((cpu / n * 1e6, (t1.system - t0.system) / n * 1e6, n / max(1, fsyncs[0]),
+             compiled))
 
 
 def _stall(pid: int, seconds: float, done: threading.Event) -> None:
@@ -109,7 +127,7 @@ def measure(bootstrap: str, prefix: str, rates: list[float], seconds: float,
     :data:`STALL_EVERY_S` while each gateway runs, the first freeze ``STALL_EVERY_S -
     stall_s`` seconds after the gateway's process starts."""
     ctx = multiprocessing.get_context("spawn")
-    got: dict[str, dict[float, list[tuple[float, float, float]]]] = {
+    got: dict[str, dict[float, list[tuple[float, float, float, bool]]]] = {
         s: {r: [] for r in rates} for s in SETTINGS}
     for _ in range(rounds):
         for rate in rates:
@@ -140,6 +158,7 @@ def measure(bootstrap: str, prefix: str, rates: list[float], seconds: float,
             table.append({"rate": rate, "setting": setting, "cpu_us": round(cpu, 1),
                           "kernel_us": round(statistics.median(x[1] for x in runs), 1),
                           "captures_per_fsync": round(statistics.median(x[2] for x in runs), 1),
+                          "encode": "compiled" if all(x[3] for x in runs) else "pure",
                           "vs_before": round(cpu / base, 2)})
     return {"seconds": seconds, "rounds": rounds, "stall_broker_s": stall_s if stall_pid else 0,
             "rows": table}
@@ -188,11 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print("| captures/s | setting | CPU µs a capture | of it kernel | captures an fsync | "
-          "CPU / before |")
-    print("|---|---|---|---|---|---|")
+          "Avro written | CPU / before |")
+    print("|---|---|---|---|---|---|---|")
     for r in result["rows"]:
         print(f"| {r['rate']:,.0f} | {r['setting']} | {r['cpu_us']} | {r['kernel_us']} | "
-              f"{r['captures_per_fsync']} | {r['vs_before']}× |")
+              f"{r['captures_per_fsync']} | {r['encode']} | {r['vs_before']}× |")
     return 0
 
 

@@ -21,6 +21,8 @@ def test_the_gateway_cost_bench_reports_each_setting_beside_the_old_one(
     assert [(r["rate"], r["setting"]) for r in rows] == [(100.0, s) for s in SETTINGS]
     for r in rows:
         assert r["cpu_us"] > 0 and r["kernel_us"] >= 0 and r["captures_per_fsync"] >= 1
+        # The compiled writer is always built here (make): only `pure encode` goes without.
+        assert r["encode"] == ("pure" if r["setting"] == "pure encode" else "compiled"), r
     assert [r["vs_before"] for r in rows][0] == 1.0
 
 

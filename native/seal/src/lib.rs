@@ -15,6 +15,11 @@
 //! `Kernel.seal` appends the Seal to an accepted message's body exactly as
 //! `encode_sealed` does and returns the record, its `record_digest` and its Merkle leaf hash.
 //! `tests/unit/test_native_seal.py` holds both paths to the same vectors, byte for byte.
+//!
+//! `AvroWriter` (module `avro`) is the compiled twin of the contract's canonical writer: a
+//! capture's encode in the client (`evidence_contract.codec.encode`) takes it when built.
+
+mod avro;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
@@ -584,6 +589,7 @@ fn partition_for(key: &[u8], partitions: u32) -> u32 {
 #[pymodule]
 fn evidence_seal_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Kernel>()?;
+    m.add_class::<avro::AvroWriter>()?;
     m.add_function(wrap_pyfunction!(partition_for, m)?)?;
     m.add_function(wrap_pyfunction!(append_leaf, m)?)?;
     let pairs: [(&[u8], &[u8]); 3] =
