@@ -242,6 +242,8 @@ class Tracker:
         writer absorbs)."""
         now = time.monotonic()
         soon = not force and now - self._last_ack < _ACK_INTERVAL_S
+        if soon and len(self.entries) < RESEND_BATCH:
+            return  # not due, and fewer entries than a resend batch could be done: no count
         # Counted up to a resend batch only while an ack is not due: a step stays cheap.
         prefix = itertools.takewhile(lambda e: e.state == DONE, self.entries)
         done = sum(1 for _ in (itertools.islice(prefix, RESEND_BATCH) if soon else prefix))
