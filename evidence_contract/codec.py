@@ -171,10 +171,11 @@ def _avro_binary(schema: _Loaded, record: dict[str, Any]) -> bytes:
     if not isinstance(record, dict):
         raise EncodeError(f"{schema.name} record must be a dict, not {type(record).__name__}")
     # The common case: the generated writer, strict, which writes only a record the schema
-    # allows (schemas._fastwrite). Anything it refuses takes fastavro's path, which decides
-    # and words the error.
+    # allows (schemas._fastwrite), compiled where it is built (native_writers: ~8x faster,
+    # the same bytes; None where it does not write the record). Anything the generated
+    # writer refuses takes fastavro's path, which decides and words the error.
     native = _NATIVE_WRITE.get(schema.name)
-    if native is not None:  # the same writer compiled, ~8x faster; None: it does not write it
+    if native is not None:
         data = native.write(record)
         if data is not None and wrong_size_digest(schema.name, record) is None:
             return data
