@@ -16,6 +16,8 @@
 
 use std::collections::HashMap;
 
+use crate::varint;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -212,15 +214,6 @@ impl<'py> Compiler<'py> {
         }
         Ok(Node::Union(out))
     }
-}
-
-fn varint(out: &mut Vec<u8>, n: i64) {
-    let mut z = ((n << 1) ^ (n >> 63)) as u64;
-    while z > 0x7f {
-        out.push((z as u8 & 0x7f) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
 }
 
 fn length(out: &mut Vec<u8>, n: usize) {

@@ -385,7 +385,8 @@ fn accept<'a>(value: &'a [u8], key: Option<&[u8]>, limit: usize) -> R<Accepted<'
     Ok(Accepted { stream, event_id, record_fp })
 }
 
-fn varint(out: &mut Vec<u8>, n: i64) {
+/// Append the Avro zig-zag varint of `n` (the seal's encode and `avro::AvroWriter` alike).
+pub(crate) fn varint(out: &mut Vec<u8>, n: i64) {
     let mut z = ((n << 1) ^ (n >> 63)) as u64;
     while z > 0x7f {
         out.push((z as u8 & 0x7f) | 0x80);
