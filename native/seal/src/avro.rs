@@ -303,22 +303,18 @@ impl Node {
                 varint(out, *symbols.get(s).ok_or(No)? as i64);
             }
             Node::Array(items) => {
-                if let Ok(list) = v.cast_exact::<PyList>() {
-                    if !list.is_empty() {
-                        length(out, list.len());
-                        for item in list.iter() {
-                            items.write(py, &item, false, out)?;
-                        }
-                    }
-                } else if let (false, Ok(tuple)) = (typed, v.cast_exact::<PyTuple>()) {
-                    if !tuple.is_empty() {
-                        length(out, tuple.len());
-                        for item in tuple.iter() {
-                            items.write(py, &item, false, out)?;
-                        }
-                    }
-                } else {
+                // A list, or a tuple where no union chose the branch (a union picks a list).
+                if !v.is_exact_instance_of::<PyList>()
+                    && (typed || !v.is_exact_instance_of::<PyTuple>())
+                {
                     return Err(No);
+                }
+                let n = v.len()?;
+                if n > 0 {
+                    length(out, n);
+                    for item in v.try_iter()? {
+                        items.write(py, &item?, false, out)?;
+                    }
                 }
                 out.push(0);
             }
