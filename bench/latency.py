@@ -40,7 +40,7 @@ from evidence_client import Recorder
 from evidence_client.capture import Exchange
 from evidence_contract import content_key, now_micros
 
-from bench.services import cpu_seconds, host_ticks, steal_pct
+from bench.services import autovacuum_runs, cpu_seconds, host_ticks, jit_seconds, steal_pct
 from topics import TopicNames
 
 
@@ -180,12 +180,17 @@ def _percentile(sorted_ms: list[float], q: float) -> float:
 
 def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, seconds: float,
             spool_dir: Path, settle_s: float = 30.0,
-            cpu_pids: Mapping[str, int] | None = None) -> dict[str, Any]:
+            cpu_pids: Mapping[str, int] | None = None,
+            database_url: str | None = None) -> dict[str, Any]:
     """One rate; see the module docstring. ``cpu_pids`` (a name per process tree: writer,
     projector, api, kafka, postgres) adds ``cpu_us_per_capture``: what each used from the
     gateways' start to the end of the settle, per capture sent, beside the gateways' own and
     the poller's, and ``cores_busy``, all of it over that wall time: the machine's demand;
-    ``steal_pct``, how much of the cores' time over it the hypervisor gave to other guests."""
+    ``steal_pct``, how much of the cores' time over it the hypervisor gave to other guests;
+    ``jit_us_per_capture``, how much of the broker's (``cpu_pids["kafka"]``) went to its JVM's
+    JIT compiler threads (``bench.services.jit_seconds``). ``database_url`` adds
+    ``autovacuum_runs``: the tables autovacuum vacuumed or analysed over the same window, whose
+    work PostgreSQL's figure then includes."""
     gateways = max(1, math.ceil(rate / PER_GATEWAY))
     per = rate / gateways
     n = max(1, int(per * seconds))  # per gateway
@@ -210,6 +215,7 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
     sent: dict[str, tuple[list[float], list[int], float]] = {}
     seen: dict[str, list[tuple[float, int]]] = {}
     gateway_cpu, loop_cpu, wall = 0.0, 0.0, float("nan")
+    jit0 = jit1 = vac0 = vac1 = None
     host0 = host1 = None
     cpu0: dict[str, float | None] = {}
     cpu1: dict[str, float | None] = {}
@@ -220,6 +226,8 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
         time.sleep(max(0.0, start_at - time.time()))
         wall0, host0 = time.monotonic(), host_ticks()
         cpu0 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
+        jit0 = jit_seconds(cpu_pids["kafka"]) if cpu_pids and "kafka" in cpu_pids else None
+        vac0 = autovacuum_runs(database_url) if database_url else None
         for _ in procs:
             stream, times, wall_us, offered_s, used, loop = made.get(timeout=seconds * 10 + 120)
             sent[stream] = (times, wall_us, offered_s)
@@ -227,6 +235,8 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
             loop_cpu += min(used, loop * len(times))
         poller.join(settle_s)
         cpu1 = {name: cpu_seconds(pid) for name, pid in (cpu_pids or {}).items()}
+        jit1 = jit_seconds(cpu_pids["kafka"]) if jit0 is not None else None
+        vac1 = autovacuum_runs(database_url) if vac0 is not None else None
         wall, host1 = time.monotonic() - wall0, host_ticks()
     finally:
         stop.set()
@@ -278,6 +288,10 @@ def measure(bootstrap: str, prefix: str, api_url: str, key: str, rate: float, se
         cpu = {"cpu_us_per_capture": {k: round(v / total * 1e6, 1) for k, v in used.items()},
                "cores_busy": round(sum(used.values()) / wall, 2),
                "cpu_window_s": round(wall, 1), "steal_pct": steal_pct(host0, host1)}
+        if jit0 is not None and jit1 is not None:
+            cpu["jit_us_per_capture"] = {"kafka": round((jit1 - jit0) / total * 1e6, 1)}
+    if vac0 is not None and vac1 is not None:
+        cpu["autovacuum_runs"] = vac1 - vac0
     return {**cpu, "rate_offered": rate, "rate_achieved": round(total / offered_s, 1),
             "gateways": gateways, "captures": total,
             "visible": len(lat_ms), "p50_ms": round(_percentile(lat_ms, 0.50), 1),

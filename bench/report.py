@@ -50,10 +50,32 @@ def machine_line(m: dict[str, Any]) -> str:
     return line
 
 
+STACK_HEAVY_MIB = 1024
+"""Topic data or a database above this much before a run is called out beside its figures
+(``stack_line``)."""
+
+
+def stack_line(state: dict[str, Any] | None) -> list[str]:
+    """What the stack held before the run (``bench.services.stack_state``), called out when it
+    is much: the broker's and PostgreSQL's CPU a capture move with it."""
+    if not state:
+        return []
+    line = (f"The stack before the run: {_fmt(state.get('topics'))} topics "
+            f"({_fmt(state.get('partitions'))} partitions"
+            + (f", {_fmt(state['topic_mib'])} MiB" if state.get("topic_mib") is not None else "")
+            + f") besides Kafka's own, {_fmt(state.get('schemas'))} PostgreSQL schemas, a "
+            f"database of {_fmt(state.get('database_mib'))} MiB.")
+    if max(state.get("topic_mib") or 0, state.get("database_mib") or 0) > STACK_HEAVY_MIB:
+        line += (" **It carried other runs' data**: the broker's and PostgreSQL's CPU a "
+                 "capture were up to twice as high beside the leftovers of earlier runs "
+                 "(docs/performance.md); compare this run only with runs on a like stack.")
+    return ["", line]
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, cfg = r["machine"], r["config"]
     lines = [f"# evidence-store bench, {r['started']}", "",
-             machine_line(m), "",
+             machine_line(m), *stack_line(r.get("stack_before")), "",
              f"Run: {'QUICK' if cfg['quick'] else 'full'}, {cfg['captures']:,} captures of "
              f"{cfg['response_bytes']} B responses over {cfg['streams']} streams, "
              f"{cfg['partitions']} partitions; wall time {r.get('wall_s', 0):.0f} s."
@@ -112,15 +134,21 @@ def markdown(r: dict[str, Any]) -> str:
                   + " cores. `gateways` is what capture cost the gateway processes: their CPU "
                   "less `app_loop`, what their synthetic application's own open loop (its "
                   "waits for each turn, its notes of the send times) used when run alone "
-                  "first at the same rate.", "",
-                  "| offered/s | " + " | ".join(names) + " | all | cores busy | CPU steal % |",
-                  "|---|" + "---|" * (len(names) + 3)]
+                  "first at the same rate. `kafka JIT`: the part of the broker's figure its "
+                  "JVM spent compiling (its JIT's threads: a broker minutes old still compiles "
+                  "its hot paths); `autovacuum`: the tables PostgreSQL's autovacuum vacuumed or "
+                  "analysed in the window, whose work its figure includes.", "",
+                  "| offered/s | " + " | ".join(names)
+                  + " | all | cores busy | CPU steal % | kafka JIT | autovacuum |",
+                  "|---|" + "---|" * (len(names) + 5)]
         for x in cpu_rows:
             c = x["cpu_us_per_capture"]
             lines.append(f"| {_fmt(x['rate_offered'])} | "
                          + " | ".join(str(c.get(k, "")) for k in names)
                          + f" | {round(sum(c.values()), 1)} | {x['cores_busy']} | "
-                         f"{_fmt(x.get('steal_pct'), 1)} |")
+                         f"{_fmt(x.get('steal_pct'), 1)} | "
+                         f"{_fmt((x.get('jit_us_per_capture') or {}).get('kafka'), 1)} | "
+                         f"{_fmt(x.get('autovacuum_runs'))} |")
     b = r["rebuild"]
     steal = b.get("steal_pct") or {}
     lines += ["", "## 3. Projection rebuild", "",

@@ -480,8 +480,14 @@ def main(argv: list[str] | None = None) -> int:
                    "eventsourcing_batch": args.es_batch, "replay_calls": args.replay_calls,
                    "replay_rounds": args.replay_rounds, "prefix": args.tag},
     }
+    from bench.services import stack_state
+
+    stack_cfg = StackConfig.from_env()
+    result["stack_before"] = stack_state(args.bootstrap, args.database_url,
+                                         stack_cfg.kafka_dir / "data")
     _say(f"run {args.tag}: {result['machine']['cpu']}, {result['machine']['cores']} cores; "
-         f"{args.captures} captures")
+         f"{args.captures} captures; the stack holds {result['stack_before']['topics']} topics, "
+         f"{result['stack_before']['schemas']} schemas")
     if result["machine"]["dev_services"]:
         _say("warning: the dev stack's services run beside the bench and take its cores ("
              + ", ".join(result["machine"]["dev_services"]) + "); `make bench` brings the "
@@ -550,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{settled['dirty_mib_after']} MiB dirty in {settled['seconds']} s)")
                 result["latency"].append(measure(args.bootstrap, args.tag, base, key, rate,
                                                  args.latency_seconds, Path(spool) / str(int(rate)),
-                                                 cpu_pids=cpu_pids))
+                                                 cpu_pids=cpu_pids,
+                                                 database_url=args.database_url))
                 result["latency"][-1]["writer_max"] = writer_max
                 result["latency"][-1]["settled"] = settled
 

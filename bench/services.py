@@ -188,6 +188,97 @@ def cpu_seconds(pid: int) -> float | None:
     return total / tick
 
 
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+"""A JVM's JIT compiler threads as ``/proc`` names them (``C2 CompilerThread0`` and so on, cut
+to the kernel's 15 characters)."""
+
+
+def jit_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) the JIT compiler threads of the JVM ``pid`` have used so
+    far; 0.0 for a process that has none (not a JVM), None if ``pid`` is gone.
+
+    A broker's JIT compiles its hot paths through its first minutes of load: measured on the
+    dev stack's broker (C2, the JVM's default), its compiler threads took 95, 58 and 30 µs a
+    capture of the broker's 158, 112 and 79 over three 5k/s runs on a broker started just
+    before them, and 26 then 11 of 83 and 59 in another's fourth and fifth
+    (docs/performance.md). So the bench reports it beside the broker's CPU: what a broker
+    minutes old spends on compiling is not what each capture costs one that has run for
+    hours."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total = 0
+    for t in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{t}/stat").read_text()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        if name.startswith(JIT_THREADS):
+            f = stat.rsplit(") ", 1)[1].split()
+            total += int(f[11]) + int(f[12])
+    return total / tick
+
+
+def autovacuum_runs(database_url: str) -> int | None:
+    """How many times autovacuum has vacuumed or analysed a table of the database so far
+    (``pg_stat_all_tables``); None when the database cannot be reached. The difference over a
+    timed window says whether PostgreSQL's CPU in it includes autovacuum's work."""
+    import psycopg
+
+    try:
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute("select coalesce(sum(autovacuum_count + autoanalyze_count), 0) "
+                               "from pg_stat_all_tables").fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else None
+
+
+def stack_state(bootstrap: str, database_url: str, log_dir: Path | None = None) -> dict[str, Any]:
+    """What the stack holds before a run: its topics (less Kafka's internal ones) and their
+    partitions (and their bytes in ``log_dir``, the broker's data directory, when it is on
+    this machine), PostgreSQL's schemas other than its own and the database's
+    size. The dev stack is shared with experiments and other runs, and its figures move with
+    what it carries: on 2026-12-05, beside the leftovers of 17 ad-hoc pipeline runs (238 topics
+    of 50k captures each and their schemas), the broker's request threads used 32–59 µs of
+    system time a capture at 5k/s and PostgreSQL 61–100 µs, against 16–22 and 31–46 with them
+    deleted; 1,440 empty partitions alone changed neither (docs/performance.md). A value that could not be read is None."""
+    from confluent_kafka.admin import AdminClient
+
+    out: dict[str, Any] = {"topics": None, "partitions": None, "topic_mib": None,
+                           "schemas": None, "database_mib": None}
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        md = admin.list_topics(timeout=10)
+        topics = {n: t for n, t in md.topics.items() if not n.startswith("__")}
+        out["topics"] = len(topics)
+        out["partitions"] = sum(len(t.partitions) for t in topics.values())
+    except Exception:  # noqa: BLE001 - a report's detail, never the run's failure
+        pass
+    if log_dir is not None and log_dir.is_dir():
+        total = 0
+        for part in log_dir.iterdir():  # one directory a partition: <topic>-<n>
+            if part.is_dir() and not part.name.startswith("__"):
+                # blocks, not sizes: a segment's index files are preallocated, sparse
+                total += sum(f.stat().st_blocks * 512 for f in part.iterdir() if f.is_file())
+        out["topic_mib"] = round(total / 2**20, 1)
+    import psycopg
+
+    try:
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+            out["schemas"] = conn.execute(
+                "select count(*) from pg_namespace where nspname not like 'pg\\_%' "
+                "and nspname not in ('information_schema', 'public')").fetchone()[0]
+            out["database_mib"] = round(conn.execute(
+                "select pg_database_size(current_database())").fetchone()[0] / 2**20, 1)
+    except psycopg.Error:
+        pass
+    return out
+
+
 class Service:
     """A child process with its output in a temp file; ``stop()`` sends SIGTERM, then kills."""
 

@@ -56,6 +56,16 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     # writer at 0 (a fresh-clone run did), so only the whole is asked to have moved.
     assert all(v >= 0 for v in cpu.values()) and sum(cpu.values()) > 0
     assert result["latency"][0]["cores_busy"] > 0
+    # Beside the broker's CPU, its JIT's share of it; beside PostgreSQL's, autovacuum's runs.
+    if "kafka" in cpu:
+        assert 0 <= result["latency"][0]["jit_us_per_capture"]["kafka"] <= cpu["kafka"] + 0.1
+    assert result["latency"][0]["autovacuum_runs"] >= 0
+    assert "kafka JIT" in (tmp_path / "t.md").read_text()
+    # What the stack held before the run: read from the broker and the database themselves.
+    before = result["stack_before"]
+    assert before["topics"] >= 0 and before["partitions"] >= before["topics"]
+    assert before["schemas"] >= 0 and before["database_mib"] > 0
+    assert "The stack before the run:" in (tmp_path / "t.md").read_text()
     assert "cores busy" in (tmp_path / "t.md").read_text()
     assert result["rebuild"]["records"] == result["rebuild"]["copy_rows"] == 320 + 50
     # Every timed part of latency and rebuild started from a settled disk, and says so.
