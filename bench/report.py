@@ -125,6 +125,13 @@ def markdown(r: dict[str, Any]) -> str:
                   + "; ".join(f"{_fmt(x['rate_offered'])}/s {x['settled']['dirty_mib_before']}"
                               f" → {x['settled']['dirty_mib_after']}"
                               for x in r["latency"] if x.get("settled")) + "."]
+    vac = (r.get("projector_catch_up") or {}).get("vacuumed")
+    if vac:
+        lines += ["", f"Before the first rate the projector caught up with the sealed log "
+                  f"({_fmt(r['projector_catch_up']['records'])} records in "
+                  f"{r['projector_catch_up']['seconds']} s), then its {vac['tables']} tables were "
+                  f"vacuumed and analysed ({vac['seconds']} s): the work autovacuum would "
+                  "otherwise have done to that bulk load in the windows."]
     cpu_rows = [x for x in r["latency"] if x.get("cpu_us_per_capture")]
     if cpu_rows:
         names = list(dict.fromkeys(k for x in cpu_rows for k in x["cpu_us_per_capture"]))
