@@ -387,7 +387,11 @@ def _cost_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     if at5k:
         cpu = at5k[0]["cpu_us_per_capture"]
         pipeline = sum(cpu.get(k, 0.0) for k in PIPELINE)
-        t.append({"name": "CPU a capture at 5k/s, pipeline", "value": f"{pipeline:.0f} µs",
+        jit = (at5k[0].get("jit_us_per_capture") or {}).get("kafka")
+        # Met or not on the whole figure; the broker's JIT (a JVM minutes old still compiling)
+        # is shown beside it, not taken off it.
+        less = f" ({pipeline - jit:.0f} less the broker's JIT, {jit:.0f})" if jit else ""
+        t.append({"name": "CPU a capture at 5k/s, pipeline", "value": f"{pipeline:.0f} µs{less}",
                   "baseline": "90 µs target", "ratio_value": 90 / pipeline,
                   "target_value": 1.0, "ratio_label": "target / value", "target": "≤ 90 µs"})
         t.append({"name": "CPU a capture at 5k/s, gateway", "value": f"{cpu['gateways']:.0f} µs",

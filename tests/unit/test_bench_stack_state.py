@@ -41,3 +41,16 @@ def test_what_could_not_be_read_is_shown_as_unknown_and_an_older_run_has_no_line
                        "database_mib": None})[1]
     assert "– topics (– partitions)" in line and "database of – MiB" in line
     assert stack_line(None) == [] and stack_line({}) == []
+
+
+def test_the_pipeline_target_is_judged_on_the_whole_figure_with_the_jit_shown_beside_it():
+    from bench.run import PIPELINE, _cost_targets
+
+    cpu = {k: 10.0 for k in PIPELINE} | {"gateways": 60.0}
+    row = {"rate_offered": 5000, "cpu_us_per_capture": cpu}
+    whole = 10.0 * len(PIPELINE)
+    got = _cost_targets({"latency": [{**row, "jit_us_per_capture": {"kafka": 4.0}}]})[0]
+    assert got["value"] == f"{whole:.0f} µs ({whole - 4:.0f} less the broker's JIT, 4)"
+    assert got["ratio_value"] == 90 / whole  # the JIT is not taken off
+    plain = _cost_targets({"latency": [row]})[0]  # a run from before the column
+    assert plain["value"] == f"{whole:.0f} µs"
