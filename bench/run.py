@@ -487,8 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     from bench.services import stack_state
 
     stack_cfg = StackConfig.from_env()
+    # The broker's data on this machine's disk only when the bench runs on the dev stack's.
+    on_dev = f"127.0.0.1:{stack_cfg.kafka_port}" in args.bootstrap.split(",")
     result["stack_before"] = stack_state(args.bootstrap, args.database_url,
-                                         stack_cfg.kafka_dir / "data")
+                                         stack_cfg.kafka_dir / "data" if on_dev else None)
     _say(f"run {args.tag}: {result['machine']['cpu']}, {result['machine']['cores']} cores; "
          f"{args.captures} captures; the stack holds {result['stack_before']['topics']} topics, "
          f"{result['stack_before']['schemas']} schemas")
