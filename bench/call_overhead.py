@@ -349,7 +349,11 @@ def markdown(x: dict[str, Any]) -> list[str]:
              f"p50 {f.get('p50')} ms, p99 {f.get('p99')} ms"
              + (f" (the disk settled first: {st['dirty_mib_before']} -> "
                 f"{st['dirty_mib_after']} MiB dirty in {st['seconds']} s)"
-                if (st := x.get("settled")) else "") + ".", "",
+                if (st := x.get("settled")) else "") + "."
+             + (f" The broker used {b['cores']} of a core over the section's {b['seconds']} s, "
+                f"{b['jit_cores']} of it compiling (its JIT: a broker minutes old still "
+                f"compiles, on the cores the calls run on)." if (b := x.get("broker")) else ""),
+             "",
              "| durability | API | body | callers | bare p50 / p99 ms | captured p50 / p99 ms "
              "| added p50 / p99 ms | first chunk added p50 / p99 ms |",
              "|---|---|---|---|---|---|---|---|"]

@@ -506,11 +506,23 @@ def main(argv: list[str] | None = None) -> int:
             f.result()
         from bench.call_overhead import measure as call_overhead
 
-        # 8., first: on a quiet machine, before the writer and the pipeline run.
+        # 8., first: on a quiet machine, before the writer and the pipeline run. What the
+        # broker did meanwhile is noted beside it: a broker minutes old compiles through it.
+        from bench.services import cpu_seconds, jit_seconds
+
+        broker = stack_pids().get("kafka")
+        b0 = (cpu_seconds(broker), jit_seconds(broker)) if broker else (None, None)
+        t0 = time.monotonic()
         result["call_overhead"] = call_overhead(
             args.bootstrap, f"{args.tag}-overhead", calls=args.overhead_calls, say=_say,
             levels=tuple(int(c) for c in args.overhead_concurrency.split(",") if c),
             database_url=args.database_url)
+        b1 = (cpu_seconds(broker), jit_seconds(broker)) if broker else (None, None)
+        if None not in b0 and None not in b1:
+            span = time.monotonic() - t0
+            result["call_overhead"]["broker"] = {
+                "seconds": round(span, 1), "cores": round((b1[0] - b0[0]) / span, 3),
+                "jit_cores": round((b1[1] - b0[1]) / span, 3)}
         _say("generating captures")
         messages = make_messages(args.captures, args.streams, args.response_bytes)
         result["sealing"], writer = seal(args, settings, messages, scratch)

@@ -58,6 +58,10 @@ def test_quick_bench_runs_end_to_end_and_cleans_up(kafka_bootstrap, database_url
     assert result["latency"][0]["cores_busy"] > 0
     # Beside the broker's CPU, its JIT's share of it; beside PostgreSQL's, autovacuum's runs.
     if "kafka" in cpu:
+        # and what the broker did while the lone calls were timed (section 8, first)
+        broker = result["call_overhead"]["broker"]
+        assert 0 <= broker["jit_cores"] <= broker["cores"] + 0.01 and broker["seconds"] > 0
+        assert "of it compiling" in (tmp_path / "t.md").read_text()
         assert 0 <= result["latency"][0]["jit_us_per_capture"]["kafka"] <= cpu["kafka"] + 0.1
     assert result["latency"][0]["autovacuum_runs"] >= 0
     assert "kafka JIT" in (tmp_path / "t.md").read_text()
