@@ -263,7 +263,9 @@ def stack_state(bootstrap: str, database_url: str, log_dir: Path | None = None) 
     what it carries: on 2026-12-05, beside the leftovers of 17 ad-hoc pipeline runs (238 topics
     of 50k captures each and their schemas), the broker's request threads used 32–59 µs of
     system time a capture at 5k/s and PostgreSQL 61–100 µs, against 16–22 and 31–46 with them
-    deleted; 1,440 empty partitions alone changed neither (docs/performance.md). A value that could not be read is None."""
+    deleted; 1,440 empty partitions alone changed neither (docs/performance.md). A value that
+    could not be read is None: this is a report's detail, never a reason for a run to fail."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     out: dict[str, Any] = {"topics": None, "partitions": None, "topic_mib": None,
@@ -274,15 +276,18 @@ def stack_state(bootstrap: str, database_url: str, log_dir: Path | None = None) 
         topics = {n: t for n, t in md.topics.items() if not n.startswith("__")}
         out["topics"] = len(topics)
         out["partitions"] = sum(len(t.partitions) for t in topics.values())
-    except Exception:  # noqa: BLE001 - a report's detail, never the run's failure
+    except KafkaException:
         pass
     if log_dir is not None and log_dir.is_dir():
-        total = 0
-        for part in log_dir.iterdir():  # one directory a partition: <topic>-<n>
-            if part.is_dir() and not part.name.startswith("__"):
-                # blocks, not sizes: a segment's index files are preallocated, sparse
-                total += sum(f.stat().st_blocks * 512 for f in part.iterdir() if f.is_file())
-        out["topic_mib"] = round(total / 2**20, 1)
+        try:
+            total = 0
+            for part in log_dir.iterdir():  # one directory a partition: <topic>-<n>
+                if part.is_dir() and not part.name.startswith("__"):
+                    # blocks, not sizes: a segment's index files are preallocated, sparse
+                    total += sum(f.stat().st_blocks * 512 for f in part.iterdir() if f.is_file())
+            out["topic_mib"] = round(total / 2**20, 1)
+        except OSError:  # a partition deleted while it was read
+            pass
     import psycopg
 
     try:
