@@ -23,6 +23,7 @@ from evidence_client import ReplayErased, Replayer, call_context
 from evidence_contract.erasure import open_receipt
 from evidence_contract.note import format_vkey
 from tests.fixtures.audit import evidence
+from tests.fixtures.erased import wait_checkpoint
 from tests.fixtures.keystore import file_key_store
 from tests.fixtures.writer import log_signing_key
 
@@ -50,6 +51,10 @@ def recorded(tmp_path, make_pipeline, make_recorder, fake_provider):
     sent = {s: ask(client, s).http_response.content for s in SUBJECTS}
     recorder.close()
     p.wait_records(STREAM, 2, timeout=60)
+    # A verified replay needs a checkpoint that covers the record: the projection has the
+    # records a moment before the writer's next checkpoint reaches it (a fresh-clone run of the
+    # suite replayed in between and was refused: "the bundle lacks its stream or checkpoint").
+    wait_checkpoint(p, STREAM, 2)
     return p, store, store_env, fake_provider, sent
 
 

@@ -19,6 +19,7 @@ import pytest
 from devstack.ports import free_port
 from evidence_client import ReplayError, Replayer, ReplayMiss
 from tests.fakes.provider import FakeProvider
+from tests.fixtures.erased import wait_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -108,6 +109,9 @@ def recorded(make_pipeline, make_recorder):
     finally:
         fake.stop()
     records = p.wait_records(STREAM, 4)
+    # A verified replay needs a checkpoint covering the records, which reaches the projection
+    # a moment after them.
+    wait_checkpoint(p, STREAM, 4)
     assert [r["outcome"] for r in records] == ["COMMITTED"] * 4
     assert {bytes.fromhex(r["content_key"]) for r in records} == {
         hashlib.sha256(b"\x00" + s.request_body).digest() for s in seen}
