@@ -159,16 +159,25 @@ def speed_probe() -> dict[str, float]:
             "sha256_mib_s": round(PROBE_HASH_MIB / min(digest() for _ in range(3)))}
 
 
+def _stat(path: str) -> tuple[str, list[str]] | None:
+    """A ``/proc`` ``stat`` file as (the name in parentheses, the fields after it: ``[11]``
+    utime, ``[12]`` stime, ``[13]`` cutime, ``[14]`` cstime, in ticks); None if it is gone."""
+    try:
+        text = Path(path).read_text()
+        name, rest = text[text.index("(") + 1:].rsplit(") ", 1)
+    except (OSError, ValueError):
+        return None
+    return name, rest.split()
+
+
 def cpu_seconds(pid: int) -> float | None:
     """CPU seconds (user + system) a process and its descendants have used so far: the live
     ones' and what the reaped ones left in their parents' counts; None if ``pid`` is gone."""
     tick = os.sysconf("SC_CLK_TCK")
 
     def fields(p: int) -> list[str] | None:
-        try:
-            return Path(f"/proc/{p}/stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            return None
+        got = _stat(f"/proc/{p}/stat")
+        return got[1] if got is not None else None
 
     root = fields(pid)
     if root is None:
@@ -211,14 +220,9 @@ def jit_seconds(pid: int) -> float | None:
         return None
     total = 0
     for t in tasks:
-        try:
-            stat = Path(f"/proc/{pid}/task/{t}/stat").read_text()
-        except OSError:
-            continue  # a thread that ended meanwhile
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        if name.startswith(JIT_THREADS):
-            f = stat.rsplit(") ", 1)[1].split()
-            total += int(f[11]) + int(f[12])
+        got = _stat(f"/proc/{pid}/task/{t}/stat")  # None: a thread that ended meanwhile
+        if got is not None and got[0].startswith(JIT_THREADS):
+            total += int(got[1][11]) + int(got[1][12])
     return total / tick
 
 

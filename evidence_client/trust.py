@@ -220,15 +220,13 @@ class LogVerifier:
         known for its origin and the bundle carries no consistency proof from it (the reader
         did not know the stream when it asked): fetch that proof and put it in
         ``doc["consistency"]`` before :meth:`check`. None when nothing is missing."""
-        from evidence_contract.bundle import checkpoint_of
+        from evidence_contract.bundle import Uncovered, checkpoint_of
 
-        if isinstance(doc, dict) and doc.get("checkpoint") is None:
-            # No signed checkpoint covers the record yet: nothing to be consistent with, and
-            # check() says so (EvidenceUncovered), which the readers wait on. Asking
-            # checkpoint_of here would call the evidence tampered instead.
-            return None
         with translate():
-            stream, cp = checkpoint_of(doc)
+            try:
+                stream, cp = checkpoint_of(doc)
+            except Uncovered:
+                return None  # no checkpoint yet: nothing to be consistent with; check() says so
         known = snapshot.get(cp.origin)
         consistency = doc.get("consistency") if isinstance(doc, dict) else None
         if known is None or cp.size <= known.size or (

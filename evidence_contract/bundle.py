@@ -439,9 +439,14 @@ def _check_log(b: Bundle, cp: Checkpoint, trust: Trust) -> LogCovered:
 
 def checkpoint_of(doc: object) -> tuple[str, Checkpoint]:
     """The stream and the checkpoint a bundle's JSON names, *unverified*: for finding the
-    checkpoint a reader verified before for that origin. :func:`verify_bundle` checks it."""
+    checkpoint a reader verified before for that origin. :func:`verify_bundle` checks it. A
+    bundle of a named stream whose checkpoint is null is :class:`Uncovered`, as
+    :func:`parse_bundle` says of it: no signed checkpoint covers the record yet."""
     from .note import parse_checkpoint, parse_note
 
+    if isinstance(doc, dict) and isinstance(doc.get("stream"), str) \
+            and doc.get("checkpoint") is None:
+        raise Uncovered(f"stream {doc['stream']} has no signed checkpoint yet")
     if not isinstance(doc, dict) or not isinstance(doc.get("checkpoint"), str) \
             or not isinstance(doc.get("stream"), str):
         raise Tampered("the bundle lacks its stream or checkpoint")

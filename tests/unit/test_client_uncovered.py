@@ -29,3 +29,12 @@ def test_a_malformed_checkpoint_is_still_tampered():
         verifier.wants_consistency(_doc(checkpoint=42), verifier.snapshot())
     with pytest.raises(EvidenceTampered):
         verifier.wants_consistency(_doc(stream=None, checkpoint="x"), verifier.snapshot())
+
+
+def test_the_contract_says_uncovered_of_a_null_checkpoint_as_parse_bundle_does():
+    from evidence_contract.bundle import Tampered, Uncovered, checkpoint_of
+
+    with pytest.raises(Uncovered):
+        checkpoint_of(_doc())
+    with pytest.raises(Tampered):
+        checkpoint_of(_doc(stream=None))
